@@ -1,0 +1,60 @@
+"""The `kstore` command (also `python -m kstore`), modelled on Kafka's tools."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+
+
+def _dump_log(args: argparse.Namespace) -> int:
+    from .dump_log import dump_file
+    files = list(args.paths)
+    for group in args.files or []:
+        files.extend(f for f in group.split(",") if f)
+    if not files:
+        print("dump-log: give at least one file (positional or --files a,b)", file=sys.stderr)
+        return 2
+    ok = True
+    for path in files:
+        ok &= dump_file(path, print_data=args.print_data_log,
+                        index_sanity_check=args.index_sanity_check,
+                        deep_iteration=args.deep_iteration)
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kstore", description="kstore: a Kafka-format storage "
+                                     "engine you build and inspect in JupyterLab")
+    parser.add_argument("--version", action="version", version=f"kstore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.snapshot and checkpoint "
+                          "files like kafka-dump-log.sh")
+    dump.add_argument("paths", nargs="*", metavar="FILE")
+    dump.add_argument("--files", action="append", help="comma-separated files (Kafka's spelling)")
+    dump.add_argument("--print-data-log", action="store_true",
+                      help="print each record's key and payload (implies --deep-iteration)")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record")
+    dump.add_argument("--index-sanity-check", action="store_true",
+                      help="only run the index sanity check Kafka runs at startup")
+    dump.set_defaults(func=_dump_log)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `kstore dump-log ... | head`
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

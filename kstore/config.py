@@ -1,0 +1,216 @@
+"""Topic/log configuration under Kafka's own names and defaults, validated like Kafka's ConfigDef.
+
+Mirrors Kafka's `LogConfig` (and `ServerLogConfigs` for the defaults). Values may be given as Python
+values or as the strings a `.properties` file holds. Access by Kafka name (`config["segment.bytes"]`)
+or by attribute with dots as underscores (`config.segment_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: str                         # "int", "long", "double", "boolean", "string", "list"
+    default: Any
+    validator: Callable[[Any], str | None] | None = None
+    doc: str = ""
+
+
+def at_least(minimum):
+    return lambda v: None if v >= minimum else f"Value must be at least {minimum}"
+
+
+def between(lo, hi):
+    return lambda v: None if lo <= v <= hi else f"Value must be between {lo} and {hi}"
+
+
+def one_of(*options):
+    return lambda v: None if v in options else f"String must be one of: {', '.join(options)}"
+
+
+def list_of(*options):
+    def check(values):
+        bad = [v for v in values if v not in options]
+        if bad:
+            return f"Invalid value(s) {', '.join(bad)}: must be one of {', '.join(options)}"
+        if not values:
+            return "must not be empty"
+        return None
+    return check
+
+
+_KEYS = [
+    ConfigKey("segment.bytes", "int", 1073741824, at_least(14),
+              "Roll a new segment when the active one would grow past this many bytes."),
+    ConfigKey("segment.ms", "long", 604800000, at_least(1),
+              "Roll a new segment when the active one spans this long (by record timestamps)."),
+    ConfigKey("segment.jitter.ms", "long", 0, at_least(0),
+              "Random amount subtracted from segment.ms per segment, to spread rolls."),
+    ConfigKey("segment.index.bytes", "int", 10485760, at_least(4),
+              "Size each index file is preallocated to; a full index rolls the segment."),
+    ConfigKey("index.interval.bytes", "int", 4096, at_least(0),
+              "Add an offset-index entry after more than this many bytes since the last one."),
+    ConfigKey("flush.messages", "long", LONG_MAX, at_least(1),
+              "fsync after this many appended messages (default: leave it to the OS)."),
+    ConfigKey("flush.ms", "long", LONG_MAX, at_least(0),
+              "fsync when this long has passed since the last flush."),
+    ConfigKey("retention.ms", "long", 604800000, at_least(-1),
+              "Delete segments whose newest record is older than this (−1: keep forever)."),
+    ConfigKey("retention.bytes", "long", -1, None,
+              "Delete old segments while the log is bigger than this (−1: no limit)."),
+    ConfigKey("file.delete.delay.ms", "long", 60000, at_least(0),
+              "How long a `.deleted` file stays before it is removed."),
+    ConfigKey("max.message.bytes", "int", 1048588, at_least(0),
+              "Largest record batch the log accepts."),
+    ConfigKey("message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"),
+              "Keep the producer's timestamps, or stamp the broker's time on append."),
+    ConfigKey("preallocate", "boolean", False, None,
+              "Preallocate the `.log` file to segment.bytes when a segment is created."),
+    ConfigKey("cleanup.policy", "list", ("delete",), list_of("compact", "delete"),
+              "delete (retention), compact (keep the latest value per key), or both."),
+    ConfigKey("compression.type", "string", "producer",
+              one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+              "Codec for stored batches; `producer` keeps what the producer sent."),
+    ConfigKey("delete.retention.ms", "long", 86400000, at_least(0),
+              "How long tombstones are kept after compaction first sees them."),
+    ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, between(0.0, 1.0),
+              "Compact a log when its dirty fraction exceeds this."),
+    ConfigKey("min.compaction.lag.ms", "long", 0, at_least(0),
+              "Records younger than this are never compacted."),
+    ConfigKey("max.compaction.lag.ms", "long", LONG_MAX, at_least(1),
+              "Records older than this are compacted even below the dirty ratio."),
+    ConfigKey("min.insync.replicas", "int", 1, at_least(1),
+              "acks=all fails unless at least this many replicas are in sync."),
+    ConfigKey("unclean.leader.election.enable", "boolean", False, None,
+              "Allow an out-of-sync replica to become leader (may lose committed data)."),
+    ConfigKey("message.downconversion.enable", "boolean", True, None, "Accepted, unused by kstore."),
+]
+KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+
+
+def _convert(key: ConfigKey, value: Any) -> Any:
+    name = key.name
+    try:
+        if key.type in ("int", "long"):
+            if isinstance(value, bool) or isinstance(value, float):
+                raise TypeError
+            v = int(str(value).strip()) if isinstance(value, str) else int(value)
+            if key.type == "int" and not -(1 << 31) <= v <= INT_MAX:
+                raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                                  f"not a 32-bit integer")
+            return v
+        if key.type == "double":
+            return float(value)
+        if key.type == "boolean":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                return value.strip().lower() == "true"
+            raise TypeError
+        if key.type == "string":
+            if not isinstance(value, str):
+                raise TypeError
+            return value.strip()
+        if key.type == "list":
+            if isinstance(value, str):
+                items = [s.strip() for s in value.split(",") if s.strip()]
+            else:
+                items = [str(s).strip() for s in value]
+            return tuple(items)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError):
+        raise ConfigError(f"Invalid value {value!r} for configuration {name}: "
+                          f"expected type {key.type}") from None
+    raise AssertionError(key.type)
+
+
+class LogConfig:
+    """Validated per-log configuration. Unknown names and impossible values raise ConfigError."""
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None, **kwargs: Any):
+        values = {k.name: k.default for k in _KEYS}
+        given = dict(overrides or {})
+        given.update({k.replace("_", "."): v for k, v in kwargs.items()})
+        for name, raw in given.items():
+            key = KEYS.get(name)
+            if key is None:
+                raise ConfigError(f"Unknown topic config name: {name}")
+            value = _convert(key, raw)
+            if key.validator is not None:
+                problem = key.validator(value)
+                if problem:
+                    raise ConfigError(f"Invalid value {raw} for configuration {name}: {problem}")
+            values[name] = value
+        self._values = values
+        self._overrides = {n: values[n] for n in given}
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
+            raise ConfigError(
+                f"conflict: max.compaction.lag.ms ({self.max_compaction_lag_ms}) must be at least "
+                f"min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._values:
+            raise KeyError(f"unknown config {name!r}")
+        return self._values[name]
+
+    def __getattr__(self, attr: str) -> Any:
+        name = attr.replace("_", ".")
+        values = self.__dict__.get("_values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(attr)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
+        merged = dict(self._overrides)
+        merged.update(overrides)
+        return LogConfig(merged)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return dict(self._overrides)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, capped by max.compaction.lag.ms for compacted logs (LogConfig.maxSegmentMs)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
+    def initial_file_size(self) -> int:
+        return self.segment_bytes if self.preallocate else 0
+
+    def __repr__(self) -> str:
+        return f"LogConfig({self._overrides})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogConfig) and other._values == self._values
+
+
+def describe() -> list[dict]:
+    """Every config with its type, default and meaning (for the course's tables)."""
+    return [{"name": k.name, "type": k.type, "default": k.default, "doc": k.doc} for k in _KEYS]

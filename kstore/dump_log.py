@@ -1,0 +1,218 @@
+"""`kstore dump-log`: print segment, index, snapshot and checkpoint files like Kafka's
+`kafka-dump-log.sh` (DumpLogSegments), so the output can be compared line by line.
+
+Lines printed for a `.log` follow Kafka's format exactly, e.g.
+    baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 ...
+    | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: -1 headerKeys: []
+kstore additions: checkpoint files (`*-checkpoint`, `partition.metadata`, `.kafka_cleanshutdown`)
+are printed too, which Kafka's tool refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from typing import TextIO
+
+from .checkpoint import parse_checkpoint
+from .errors import KStoreError
+from .file_records import FileRecords
+from .index import OffsetIndex, TimeIndex
+from .producer_snapshot import read_snapshot
+from .records import ControlRecordType, RecordBatch
+from .segment import offset_from_file_name
+
+RECORD_INDENT = "|"
+
+
+def _optional_long(value: int | None) -> str:
+    return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+
+
+def format_batch(batch: RecordBatch, position: int) -> str:
+    """The batch line of DumpLogSegments.printBatchLevel."""
+    if batch.magic >= 2:
+        head = (f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} "
+                f"count: {batch.records_count} baseSequence: {batch.base_sequence} "
+                f"lastSequence: {batch.last_sequence} producerId: {batch.producer_id} "
+                f"producerEpoch: {batch.producer_epoch} partitionLeaderEpoch: "
+                f"{batch.partition_leader_epoch} isTransactional: {str(batch.is_transactional).lower()} "
+                f"isControl: {str(batch.is_control).lower()} deleteHorizonMs: "
+                f"{_optional_long(batch.delete_horizon_ms)}")
+    else:
+        head = f"offset: {batch.last_offset}"
+    return (f"{head} position: {position} {batch.timestamp_type.kafka_name}: {batch.max_timestamp} "
+            f"size: {batch.size_in_bytes} magic: {batch.magic} compresscodec: "
+            f"{batch.compression.kafka_name} crc: {batch.crc} isvalid: {str(batch.is_valid()).lower()}")
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="replace")
+
+
+def format_record(batch: RecordBatch, record, print_data: bool) -> str:
+    parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
+             f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
+             f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
+             f"{record.sequence} headerKeys: [{', '.join(k for k, _ in record.headers)}]"]
+    if batch.is_control:
+        kind = _control_type(record.key)
+        if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and record.value \
+                and len(record.value) >= 6:
+            (coordinator_epoch,) = struct.unpack_from(">i", record.value, 2)
+            parts.append(f" endTxnMarker: {kind.name} coordinatorEpoch: {coordinator_epoch}")
+        else:
+            type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
+            parts.append(f" controlType: {kind.name}({type_id})")
+    elif print_data:
+        if record.key is not None:
+            parts.append(f" key: {_text(record.key)}")
+        if record.value is not None:
+            parts.append(f" payload: {_text(record.value)}")
+    return "".join(parts)
+
+
+def _control_type(key: bytes | None) -> ControlRecordType:
+    if key is None or len(key) < 4:
+        return ControlRecordType.UNKNOWN
+    try:
+        return ControlRecordType(struct.unpack_from(">h", key, 2)[0])
+    except ValueError:
+        return ControlRecordType.UNKNOWN
+
+
+def dump_log(path: str, out: TextIO, print_data: bool, deep: bool) -> None:
+    out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
+    records = FileRecords(path, file_already_exists=True)
+    try:
+        valid = 0
+        for batch in records.batches():
+            out.write(format_batch(batch, valid) + "\n")
+            if deep or print_data:
+                for record in batch.records():
+                    out.write(format_record(batch, record, print_data) + "\n")
+            valid += batch.size_in_bytes
+        trailing = records.size_in_bytes() - valid
+        if trailing > 0:
+            out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
+    finally:
+        records.close_handlers()
+
+
+def _companion(path: str, suffix: str) -> str:
+    return os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0] + suffix)
+
+
+def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool) -> None:
+    base = offset_from_file_name(path)
+    index = OffsetIndex(path, base, writable=False)
+    try:
+        if index.entries == 0:
+            out.write(f"{path} is empty.\n")
+            return
+        if sanity_only:
+            index.sanity_check()
+            out.write(f"{path} passed sanity check.\n")
+            return
+        log_path = _companion(path, ".log")
+        records = FileRecords(log_path, file_already_exists=True) if os.path.exists(log_path) else None
+        mismatches = []
+        for i in range(index.entries):
+            entry = index.entry(i)
+            if entry.offset == base and i > 0:
+                break  # a sparse file after a crash: zero entries from here on
+            if records is not None:
+                first = next(records.batch_locations(entry.position), None)
+                if first is not None and first.last_offset != entry.offset:
+                    mismatches.append((entry.offset, first.last_offset))
+            out.write(f"offset: {entry.offset} position: {entry.position}\n")
+        if records is not None:
+            records.close_handlers()
+        if mismatches:
+            err.write(f"Mismatches in :{os.path.abspath(path)}\n")
+            for idx, log_off in mismatches:
+                err.write(f"  Index offset: {idx}, log offset: {log_off}\n")
+    finally:
+        index.close_handler()
+
+
+def dump_time_index(path: str, out: TextIO, sanity_only: bool) -> None:
+    base = offset_from_file_name(path)
+    index = TimeIndex(path, base, writable=False)
+    try:
+        if sanity_only:
+            index.sanity_check()
+            out.write(f"{path} passed sanity check.\n")
+            return
+        for i in range(index.entries):
+            entry = index.entry(i)
+            if entry.offset == base and i > 0:
+                break
+            out.write(f"timestamp: {entry.timestamp} offset: {entry.offset}\n")
+    finally:
+        index.close_handler()
+
+
+def dump_snapshot(path: str, out: TextIO) -> None:
+    with open(path, "rb") as f:
+        for e in read_snapshot(f.read(), path):
+            out.write(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+                      f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: "
+                      f"{'Optional.empty' if e.current_txn_first_offset < 0 else f'Optional[{e.current_txn_first_offset}]'} "
+                      f"lastTimestamp: {e.timestamp} firstSequence: {e.first_sequence} "
+                      f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                      f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}\n")
+
+
+def dump_checkpoint(path: str, out: TextIO) -> None:
+    name = os.path.basename(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if name == "leader-epoch-checkpoint":
+        for epoch, start in parse_checkpoint(text, 2, path):
+            out.write(f"epoch: {epoch} startOffset: {start}\n")
+    else:
+        entries = parse_checkpoint(text, 3, path)
+        if not entries:
+            out.write(f"{path} is empty.\n")
+        for topic, partition, offset in entries:
+            out.write(f"topic: {topic} partition: {partition} offset: {offset}\n")
+
+
+def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
+              print_data: bool = False, index_sanity_check: bool = False,
+              deep_iteration: bool = False) -> bool:
+    """Dump one file; return False if it could not be read (the error goes to `err`)."""
+    out.write(f"Dumping {path}\n")
+    name = os.path.basename(path)
+    try:
+        if name.endswith(".log"):
+            dump_log(path, out, print_data, deep_iteration)
+        elif name.endswith(".index"):
+            dump_index(path, out, err, index_sanity_check)
+        elif name.endswith(".timeindex"):
+            dump_time_index(path, out, index_sanity_check)
+        elif name.endswith(".snapshot"):
+            dump_snapshot(path, out)
+        elif name.endswith("checkpoint"):
+            dump_checkpoint(path, out)
+        elif name in ("partition.metadata", "meta.properties", "quorum-state"):
+            with open(path, encoding="utf-8") as f:
+                out.write(f.read().rstrip("\n") + "\n")
+        elif name == ".kafka_cleanshutdown":
+            with open(path, encoding="utf-8") as f:
+                out.write(json.dumps(json.loads(f.read() or "{}")) + "\n")
+        else:
+            err.write(f"Ignoring unknown file {path}\n")
+            return False
+    except BrokenPipeError:
+        raise
+    except FileNotFoundError:
+        err.write(f"{path}: no such file\n")
+        return False
+    except (KStoreError, ValueError, OSError) as e:
+        err.write(f"{path}: {e}\n")
+        return False
+    return True

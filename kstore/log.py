@@ -1,0 +1,668 @@
+"""One partition's log: an ordered set of segments with a log start offset and a log end offset.
+
+Mirrors Kafka's `UnifiedLog` (offset assignment, validation, roll, read, timestamp lookup,
+truncation, flush, leader-epoch cache) together with `LocalLog` (the segment map and its files).
+Segments are kept sorted by base offset; the segment that holds an offset is found by bisect
+(Kafka uses a skip-list map, `floorEntry`). Only the last segment, the *active* one, is written.
+
+Offsets:
+* log start offset (LSO start) — the first offset still readable;
+* log end offset (LEO)         — the offset the next record will get;
+* high watermark (HW)          — the first offset not yet known to be replicated; moved by the
+                                 replication layer, never by appends (a one-replica broker sets
+                                 it to the LEO after each append);
+* recovery point               — the first offset not yet known to be fsynced.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import threading
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from . import log_loader
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
+from .clock import SYSTEM, Clock
+from .compression import Compression
+from .config import LogConfig
+from .errors import (CorruptRecordError, InvalidRecordError, LogError, OffsetOutOfRangeError,
+                     RecordBatchTooLargeError, RecordTooLargeError)
+from .events import EventBus
+from .leader_epoch import LeaderEpochFileCache
+from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
+                      build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
+from .scheduler import Scheduler
+from .segment import (DELETED_SUFFIX, SEGMENT_SUFFIXES, FetchDataInfo, LogOffsetMetadata,
+                      LogSegment, RollParams, TimestampAndOffset, segment_paths)
+
+# ListOffsets special timestamps (ListOffsetsRequest).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+class Isolation:
+    """How far a read may go (FetchIsolation)."""
+    LOG_END = "log_end"                  # followers: up to the LEO
+    HIGH_WATERMARK = "high_watermark"    # read_uncommitted consumers: up to the HW
+    TXN_COMMITTED = "txn_committed"      # read_committed consumers: up to the LSO (= HW here)
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    """What an append did (Kafka's LogAppendInfo)."""
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    num_messages: int
+    valid_bytes: int
+    source_compression: Compression
+    rolled: bool = False
+
+
+def parse_topic_partition(directory: str) -> tuple[str, int]:
+    """`orders-3` → ("orders", 3): the partition is after the last '-'."""
+    name = os.path.basename(os.path.normpath(directory))
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise LogError(f"found directory {directory!r}, {name!r} is not in the form of "
+                       f"topic-partition")
+    return topic, int(part)
+
+
+class Log:
+    """A partition log on disk. Open one with `Log.open(directory, config)`."""
+
+    def __init__(self, directory: str, config: LogConfig, clock: Clock, loaded: log_loader.LoadedLog,
+                 epoch_cache: LeaderEpochFileCache, events: EventBus, scheduler: Scheduler,
+                 high_watermark: int | None):
+        self.dir = str(directory)
+        self.topic, self.partition = parse_topic_partition(self.dir)
+        self.config = config
+        self.clock = clock
+        self.events = events
+        self.scheduler = scheduler
+        self.leader_epoch_cache = epoch_cache
+        self.load_report = loaded.report
+        self._lock = threading.RLock()
+        self._segments: dict[int, LogSegment] = loaded.segments
+        self._bases: list[int] = sorted(self._segments)
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
+        self._next_offset = loaded.next_offset
+        self._last_flush_ms = clock.milliseconds()
+        hw = self._log_start_offset if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self._log_start_offset), self._next_offset)
+        self.closed = False
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, directory: str, config: LogConfig | dict | None = None, clock: Clock | None = None,
+             *, recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = False,
+             high_watermark: int | None = None, events: EventBus | None = None,
+             scheduler: Scheduler | None = None) -> "Log":
+        """Open (or create) the partition directory `<topic>-<partition>` and load it.
+
+        `recovery_point` and `log_start_offset` come from the log directory's checkpoint files;
+        `had_clean_shutdown` from `.kafka_cleanshutdown` (the LogManager reads both).
+        """
+        config = config if isinstance(config, LogConfig) else LogConfig(config or {})
+        clock = clock or SYSTEM
+        parse_topic_partition(directory)
+        os.makedirs(directory, exist_ok=True)
+        epoch_cache = LeaderEpochFileCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        loaded = log_loader.load(directory, config, clock, epoch_cache,
+                                 recovery_point_checkpoint=recovery_point,
+                                 log_start_offset_checkpoint=log_start_offset,
+                                 had_clean_shutdown=had_clean_shutdown)
+        log = cls(directory, config, clock, loaded, epoch_cache, events or EventBus(),
+                  scheduler or Scheduler(clock), high_watermark)
+        log.events.emit("load", log.dir, report=loaded.report, log_end_offset=log.log_end_offset)
+        if loaded.report.recovered_segments:
+            log.events.emit("recover", log.dir, report=loaded.report)
+        return log
+
+    # ------------------------------------------------------------------ offsets
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._next_offset - self._recovery_point
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to [log start offset, LEO]; return the value used."""
+        with self._lock:
+            old = self._high_watermark
+            self._high_watermark = min(max(offset, self._log_start_offset), self._next_offset)
+            if self._high_watermark != old:
+                self.events.emit("high_watermark", self.dir, old=old, new=self._high_watermark)
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the HW forward only (Kafka's maybeIncrementHighWatermark)."""
+        with self._lock:
+            if offset > self._next_offset:
+                raise LogError(f"high watermark {offset} update exceeds the log end offset "
+                               f"{self._next_offset}")
+            if offset > self._high_watermark:
+                self.update_high_watermark(offset)
+                return True
+            return False
+
+    def maybe_increment_log_start_offset(self, offset: int, reason: str = "") -> bool:
+        """Raise the log start offset (never past the HW); cut the epoch cache from the start."""
+        with self._lock:
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset to {offset} of partition {self.name} "
+                    f"since it is larger than the high watermark {self._high_watermark}")
+            if offset <= self._log_start_offset:
+                return False
+            self._log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            self.events.emit("log_start_offset", self.dir, offset=offset, reason=reason)
+            return True
+
+    # ------------------------------------------------------------------ segments
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return [self._segments[b] for b in self._bases]
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[self._bases[-1]]
+
+    @property
+    def number_of_segments(self) -> int:
+        return len(self._bases)
+
+    def floor_segment(self, offset: int) -> LogSegment | None:
+        """The segment with the largest base offset ≤ `offset` (step 1 of a lookup)."""
+        i = bisect.bisect_right(self._bases, offset)
+        return self._segments[self._bases[i - 1]] if i else None
+
+    def higher_segment(self, base_offset: int) -> LogSegment | None:
+        i = bisect.bisect_right(self._bases, base_offset)
+        return self._segments[self._bases[i]] if i < len(self._bases) else None
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        if segment.base_offset not in self._segments:
+            bisect.insort(self._bases, segment.base_offset)
+        self._segments[segment.base_offset] = segment
+
+    def _remove_segment(self, base_offset: int) -> LogSegment:
+        self._bases.remove(base_offset)
+        return self._segments.pop(base_offset)
+
+    # ------------------------------------------------------------------ appending
+    def append(self, records: Iterable[Record | tuple | bytes | None], *, leader_epoch: int = 0,
+               compression: Compression | str = Compression.NONE, timestamp: int | None = None,
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1
+               ) -> LogAppendInfo:
+        """Convenience: build one batch from `records` and append it as leader.
+
+        Each item is a `Record`, a `(key, value)` tuple, or a value. Records without a timestamp
+        get the clock's time, as a producer stamps CreateTime.
+        """
+        if isinstance(compression, str):
+            compression = Compression.from_name(compression)
+        now = self.clock.milliseconds() if timestamp is None else timestamp
+        built = [_as_record(r, now) for r in records]
+        if not built:
+            raise InvalidRecordError("an append needs at least one record")
+        batch = build_batch(built, compression=compression, producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=base_sequence)
+        return self.append_as_leader(batch, leader_epoch=leader_epoch)
+
+    def append_as_leader(self, records: bytes | bytearray | MemoryRecords, leader_epoch: int = 0
+                         ) -> LogAppendInfo:
+        """Validate producer batches, assign offsets from the LEO, stamp the leader epoch, append."""
+        return self._append(records, assign_offsets=True, leader_epoch=leader_epoch)
+
+    def append_as_follower(self, records: bytes | bytearray | MemoryRecords) -> LogAppendInfo:
+        """Append batches that already carry offsets (replication); they must start at the LEO."""
+        return self._append(records, assign_offsets=False, leader_epoch=None)
+
+    def _append(self, records, *, assign_offsets: bool, leader_epoch: int | None) -> LogAppendInfo:
+        buf = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
+        with self._lock:
+            self._check_open()
+            batches = self._analyze_and_validate(buf, assign_offsets)
+            valid_bytes = sum(b.size_in_bytes for b in batches)
+            now = self.clock.milliseconds()
+            if not batches:
+                return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset,
+                                     0, 0, Compression.NONE)
+            del buf[valid_bytes:]  # drop a partial trailing batch (trimInvalidBytes)
+            if assign_offsets:
+                buf = self._assign_offsets(buf, batches, leader_epoch, now)
+                batches = MemoryRecords(bytes(buf)).batches()
+            elif batches[0].base_offset < self._next_offset:
+                raise LogError(
+                    f"unexpected append offset: first offset {batches[0].base_offset} of the "
+                    f"appended batches is below the log end offset {self._next_offset} of "
+                    f"{self.name}")
+            if len(buf) > self.config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"message batch size is {len(buf)} bytes in append to partition {self.name} "
+                    f"which exceeds the maximum configured segment size of "
+                    f"{self.config.segment_bytes}")
+            info = self._append_info(batches, now)
+            for batch in batches:
+                if batch.partition_leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+            segment, rolled = self._maybe_roll(len(buf), info)
+            segment.append(info.last_offset, info.max_timestamp,
+                           info.shallow_offset_of_max_timestamp, bytes(buf))
+            self._next_offset = info.last_offset + 1
+            if self.unflushed_messages >= self.config.flush_messages or \
+                    now - self._last_flush_ms >= self.config.flush_ms:
+                self.flush()
+            self.events.emit("append", self.dir, first_offset=info.first_offset,
+                             last_offset=info.last_offset, size=len(buf),
+                             position=segment.size - len(buf), segment=segment.base_offset,
+                             batches=len(batches))
+        self.scheduler.run_due()
+        return info if not rolled else _replace(info, rolled=True)
+
+    def _analyze_and_validate(self, buf: bytearray, from_client: bool) -> list[RecordBatch]:
+        """Check each batch's size, CRC and contents (UnifiedLog.analyzeAndValidateRecords and
+        LogValidator). A partial trailing batch is ignored, as Kafka trims it."""
+        try:
+            batches = MemoryRecords(bytes(buf), max_batch_size=None).batches()
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"append to {self.name}: {e}") from None
+        previous_last = None
+        for batch in batches:
+            if from_client and batch.magic >= 2 and batch.base_offset != 0:
+                raise InvalidRecordError(
+                    f"the baseOffset of the record batch in the append to {self.name} should be "
+                    f"0, but it is {batch.base_offset}")
+            if batch.size_in_bytes > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"the record batch size in the append to {self.name} is "
+                    f"{batch.size_in_bytes} bytes which exceeds the maximum configured value of "
+                    f"{self.config.max_message_bytes} (max.message.bytes)")
+            batch.ensure_valid()
+            records = batch.records()  # structure: count, lengths, varints, headers
+            if from_client:
+                for i, r in enumerate(records):
+                    if r.offset != batch.base_offset + i:
+                        raise InvalidRecordError(
+                            f"inner record offsets of a producer batch must be consecutive: "
+                            f"record {i} has offset delta {r.offset - batch.base_offset}")
+            if self.config.compact and not batch.is_control:
+                if any(r.key is None for r in records):
+                    raise InvalidRecordError(
+                        f"compacted topic cannot accept message without key in topic partition "
+                        f"{self.name}")
+            if not from_client and previous_last is not None and batch.base_offset <= previous_last:
+                raise InvalidRecordError(
+                    f"out of order offsets in append to {self.name}: batch at {batch.base_offset} "
+                    f"follows a batch ending at {previous_last}")
+            previous_last = batch.last_offset
+        return batches
+
+    def _assign_offsets(self, buf: bytearray, batches: list[RecordBatch], leader_epoch: int,
+                        now: int) -> bytearray:
+        """Rewrite each batch header in place: base offset = LEO, leader epoch, maybe
+        LogAppendTime (LogValidator.assignOffsetsNonCompressed / in-place compressed path)."""
+        target = self.config.compression_type
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        offset = self._next_offset
+        out = bytearray()
+        for batch in batches:
+            pos = batch.position
+            raw = buf[pos:pos + batch.size_in_bytes]
+            if target != "producer" and Compression.from_name(target) != batch.compression:
+                raw = bytearray(build_batch(
+                    batch.records(), compression=Compression.from_name(target),
+                    producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                    base_sequence=batch.base_sequence, transactional=batch.is_transactional,
+                    control=batch.is_control))
+            set_base_offset(raw, 0, offset)
+            set_partition_leader_epoch(raw, 0, leader_epoch)
+            if log_append_time:
+                set_max_timestamp(raw, 0, TimestampType.LOG_APPEND_TIME, now)
+            offset += batch.last_offset_delta + 1
+            out += raw
+        return out
+
+    def _append_info(self, batches: list[RecordBatch], now: int) -> LogAppendInfo:
+        max_ts, offset_of_max = NO_TIMESTAMP, batches[0].last_offset
+        for b in batches:
+            if b.max_timestamp > max_ts:
+                max_ts, offset_of_max = b.max_timestamp, b.last_offset
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        return LogAppendInfo(
+            first_offset=batches[0].base_offset, last_offset=batches[-1].last_offset,
+            max_timestamp=max_ts, shallow_offset_of_max_timestamp=offset_of_max,
+            log_append_time=now if log_append else NO_TIMESTAMP,
+            log_start_offset=self._log_start_offset,
+            num_messages=sum(b.records_count for b in batches),
+            valid_bytes=sum(b.size_in_bytes for b in batches),
+            source_compression=batches[0].compression)
+
+    # ------------------------------------------------------------------ rolling
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> tuple[LogSegment, bool]:
+        segment = self.active_segment
+        params = RollParams(self.config.max_segment_ms, self.config.segment_bytes,
+                            info.max_timestamp, info.last_offset, messages_size,
+                            self.clock.milliseconds())
+        if segment.should_roll(params):
+            reasons = segment.roll_reasons(params)
+            return self.roll(info.first_offset, reasons=reasons), True
+        return segment, False
+
+    def roll(self, expected_next_offset: int | None = None, reasons: Sequence[str] = ("requested",)
+             ) -> LogSegment:
+        """Close the active segment to appends and start a new one at max(expected, LEO)."""
+        with self._lock:
+            self._check_open()
+            new_offset = max(expected_next_offset or 0, self._next_offset)
+            active = self.active_segment
+            if new_offset in self._segments:
+                if active.base_offset == new_offset and active.size == 0:
+                    # An empty active segment at the same offset is simply replaced.
+                    self._remove_segment(new_offset)
+                    active.delete_files()
+                else:
+                    raise LogError(
+                        f"trying to roll a new log segment for {self.name} with start offset "
+                        f"{new_offset} = max(provided offset = {expected_next_offset}, LEO = "
+                        f"{self._next_offset}) while it already exists and is active with size "
+                        f"{active.size}")
+            elif new_offset < active.base_offset:
+                raise LogError(
+                    f"trying to roll a new log segment for {self.name} with start offset "
+                    f"{new_offset} lower than start offset of the active segment {active}")
+            else:
+                for path in segment_paths(self.dir, new_offset).values():
+                    if os.path.exists(path):  # a stray file with the new segment's name
+                        os.remove(path)
+                active.on_become_inactive_segment()
+            jitter = 0
+            if self.config.segment_jitter_ms > 0:
+                jitter = random.randrange(1 << 31) % min(self.config.segment_jitter_ms,
+                                                          self.config.segment_ms)
+            segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
+                                      init_file_size=self.config.initial_file_size,
+                                      preallocate=self.config.preallocate, roll_jitter_ms=jitter)
+            self._add_segment(segment)
+            # Kafka flushes the rolled segments asynchronously; kstore does it right away.
+            self.flush(new_offset)
+            self.events.emit("roll", self.dir, new_segment=new_offset, old_segment=active.base_offset
+                             if active is not segment else None, reasons=list(reasons))
+            return segment
+
+    # ------------------------------------------------------------------ reading
+    def read(self, start_offset: int, max_length: int = 1024 * 1024,
+             isolation: str = Isolation.LOG_END, min_one_message: bool = True) -> FetchDataInfo:
+        """Read batches from `start_offset` (UnifiedLog.read + LocalLog.read).
+
+        Offsets below the log start offset or above the LEO raise OffsetOutOfRangeError. Reading
+        at the bound (LEO / HW) gives an empty result. The result starts at the batch holding
+        `start_offset` (which may begin below it) and may end inside a batch.
+        """
+        with self._lock:
+            self._check_open()
+            if start_offset < self._log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"received request for offset {start_offset} for partition {self.name}, but "
+                    f"we only have log segments starting from offset: {self._log_start_offset}")
+            if isolation == Isolation.LOG_END:
+                bound = self._next_offset
+            elif isolation in (Isolation.HIGH_WATERMARK, Isolation.TXN_COMMITTED):
+                bound = self._high_watermark
+            else:
+                raise ValueError(f"unknown isolation {isolation!r}")
+            segment = self.floor_segment(start_offset)
+            if start_offset > self._next_offset or segment is None:
+                raise OffsetOutOfRangeError(
+                    f"received request for offset {start_offset} for partition {self.name}, but "
+                    f"we only have log segments upto {self._next_offset}")
+            if start_offset >= bound:
+                return FetchDataInfo(self._offset_metadata(start_offset), None)
+            bound_md = self._offset_metadata(bound)
+            while segment is not None:
+                if bound_md.segment_base_offset > segment.base_offset:
+                    max_position = segment.size
+                elif bound_md.segment_base_offset == segment.base_offset:
+                    max_position = bound_md.relative_position_in_segment
+                else:
+                    max_position = 0
+                fetch = segment.read(start_offset, max_length, max_position, min_one_message)
+                if fetch is not None:
+                    return fetch
+                segment = self.higher_segment(segment.base_offset)
+            return FetchDataInfo(self._offset_metadata(self._next_offset), None)
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where `offset` sits: its segment and the position of the batch holding it."""
+        if offset >= self._next_offset:
+            active = self.active_segment
+            return LogOffsetMetadata(offset, active.base_offset, active.size)
+        segment = self.floor_segment(offset)
+        while segment is not None:
+            found = segment.translate_offset(offset)
+            if found is not None:
+                return LogOffsetMetadata(offset, segment.base_offset, found.position)
+            segment = self.higher_segment(segment.base_offset)
+        return LogOffsetMetadata(offset)
+
+    def read_records(self, start_offset: int, max_length: int = 1024 * 1024,
+                     isolation: str = Isolation.LOG_END) -> list[Record]:
+        """Read and decode: records with offset ≥ start_offset from complete batches, control
+        batches skipped (what a consumer sees from one fetch)."""
+        fetch = self.read(start_offset, max_length, isolation)
+        return [r for b in fetch.batches() if not b.is_control
+                for r in b.records() if r.offset >= start_offset]
+
+    def records(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END) -> list[Record]:
+        """Every record from `start_offset` (default: log start) to the bound, across fetches."""
+        out: list[Record] = []
+        offset = self._log_start_offset if start_offset is None else start_offset
+        while True:
+            fetch = self.read(offset, 1024 * 1024, isolation)
+            batches = fetch.batches()
+            if not batches:
+                return out
+            for b in batches:
+                if not b.is_control:
+                    out.extend(r for r in b.records() if r.offset >= offset)
+            offset = batches[-1].next_offset
+
+    # ------------------------------------------------------------------ timestamps
+    def fetch_offset_by_timestamp(self, target: int) -> TimestampAndOffset | None:
+        """The first offset whose record timestamp ≥ target, or a special answer for −1/−2/−3."""
+        with self._lock:
+            self._check_open()
+            if target in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                first = self.leader_epoch_cache.earliest_entry()
+                epoch = first.epoch if first and first.start_offset <= self._log_start_offset else None
+                return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset, epoch)
+            if target == LATEST_TIMESTAMP:
+                return TimestampAndOffset(NO_TIMESTAMP, self._next_offset,
+                                          self.leader_epoch_cache.latest_epoch())
+            if target == LATEST_TIERED_TIMESTAMP:
+                return TimestampAndOffset(NO_TIMESTAMP, -1, None)
+            if target == MAX_TIMESTAMP:
+                best = max(self.segments, key=lambda s: s.max_timestamp_so_far)
+                if best.max_timestamp_so_far < 0:
+                    return None
+                return best.find_offset_by_timestamp(best.max_timestamp_so_far, self._log_start_offset)
+            if target < 0:
+                raise ValueError(f"invalid target timestamp {target}")
+            for segment in self.segments:
+                if segment.largest_timestamp >= target:
+                    return segment.find_offset_by_timestamp(target, self._log_start_offset)
+            return None
+
+    # ------------------------------------------------------------------ truncation
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at or above `target_offset` (a follower after a leader change)."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate partition {self.name} to a negative offset "
+                             f"({target_offset})")
+        with self._lock:
+            self._check_open()
+            if target_offset >= self._next_offset:
+                self.leader_epoch_cache.truncate_from_end(self._next_offset)
+                return False
+            if self.segments[0].base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            old_leo = self._next_offset
+            for base in [b for b in self._bases if b > target_offset]:
+                self._delete_segment_files(self._remove_segment(base))
+            truncated = self.active_segment.truncate_to(target_offset)
+            self._next_offset = target_offset
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            self._log_start_offset = min(self._log_start_offset, target_offset)
+            self._recovery_point = min(self._recovery_point, target_offset)
+            if self._high_watermark > target_offset:
+                self.update_high_watermark(target_offset)
+            self.events.emit("truncate", self.dir, target_offset=target_offset,
+                             old_log_end_offset=old_leo, bytes=truncated)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at `new_offset`."""
+        with self._lock:
+            self._check_open()
+            old_leo = self._next_offset
+            for base in list(self._bases):
+                self._delete_segment_files(self._remove_segment(base))
+            segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
+                                      init_file_size=self.config.initial_file_size,
+                                      preallocate=self.config.preallocate)
+            self._add_segment(segment)
+            self.leader_epoch_cache.clear()
+            self._next_offset = new_offset
+            self._log_start_offset = new_offset
+            self._recovery_point = new_offset
+            self._high_watermark = new_offset
+            self.events.emit("truncate", self.dir, target_offset=new_offset,
+                             old_log_end_offset=old_leo, full=True)
+
+    def _delete_segment_files(self, segment: LogSegment) -> None:
+        """Rename to `.deleted` now; remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
+        segment.close_handlers()
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+
+        def delete() -> None:
+            segment.delete_files()
+        self.scheduler.schedule(f"delete-file-{segment.base_offset}", delete,
+                                delay_ms=self.config.file_delete_delay_ms)
+        self.events.emit("delete", self.dir, segment=segment.base_offset,
+                         files=segment.file_names())
+
+    # ------------------------------------------------------------------ durability
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, offset) and move the recovery
+        point to `offset` (default: the LEO)."""
+        with self._lock:
+            self._check_open()
+            offset = self._next_offset if offset is None else offset
+            if offset <= self._recovery_point:
+                return
+            flushed = [s for s in self.segments
+                       if s.base_offset < offset and
+                       (self.higher_segment(s.base_offset) is None
+                        or self.higher_segment(s.base_offset).base_offset > self._recovery_point)]
+            for segment in flushed:
+                segment.flush()
+            fsync_dir(self.dir)  # new segment files must survive too
+            old = self._recovery_point
+            self._recovery_point = offset
+            self._last_flush_ms = self.clock.milliseconds()
+            self.events.emit("flush", self.dir, old_recovery_point=old, recovery_point=offset,
+                             segments=[s.base_offset for s in flushed])
+
+    def close(self, flush: bool = True) -> None:
+        """Flush (by default) and close every segment, trimming the indexes to their entries."""
+        with self._lock:
+            if self.closed:
+                return
+            if flush:
+                self.flush()
+            for segment in self.segments:
+                segment.close()
+            self.closed = True
+            self.events.emit("close", self.dir)
+
+    def close_without_flush(self) -> None:
+        """Drop file handles without flushing or trimming: what a crash leaves (for tests)."""
+        with self._lock:
+            for segment in self.segments:
+                segment.close_handlers()
+            self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogError(f"log {self.name} is closed")
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, segments={self._bases}, log_start_offset="
+                f"{self._log_start_offset}, log_end_offset={self._next_offset}, "
+                f"high_watermark={self._high_watermark})")
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _as_record(item, now: int) -> Record:
+    if isinstance(item, Record):
+        return item if item.timestamp >= 0 else Record(item.key, item.value, now, item.headers)
+    if isinstance(item, tuple):
+        key, value = item
+        return Record(_to_bytes(key), _to_bytes(value), now)
+    return Record(None, _to_bytes(item), now)
+
+
+def _to_bytes(v) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"record keys and values must be bytes, str or None, not {type(v).__name__}")
+
+
+def _replace(info: LogAppendInfo, **changes) -> LogAppendInfo:
+    from dataclasses import replace
+    return replace(info, **changes)

@@ -1,0 +1,206 @@
+"""Opening a partition directory: clean up leftovers, load segments, recover after a crash.
+
+Mirrors Kafka's `LogLoader.load()`:
+1. delete `*.deleted` files; delete `*.cleaned` files and any `.swap` at or above the smallest
+   `.cleaned` offset (an unfinished cleaning); complete the remaining swaps;
+2. load every segment, deleting index files that have no `.log`, rebuilding missing or insane
+   indexes;
+3. after an unclean shutdown, recover every segment from the recovery point on; if one loses
+   bytes, every later segment is deleted (nothing after a torn write can be trusted);
+4. work out the log end offset, log start offset and new recovery point.
+The result includes a report of what was done, which the crash-recovery chapter shows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .clock import Clock
+from .config import LogConfig
+from .errors import InvalidOffsetError, LogSegmentOffsetOverflowError
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES,
+                      SWAP_SUFFIX, LogSegment, offset_from_file_name, segment_paths)
+
+
+@dataclass
+class RecoveryReport:
+    """What loading did: the chapter on crashes prints this."""
+    had_clean_shutdown: bool
+    deleted_files: list[str] = field(default_factory=list)
+    completed_swaps: list[str] = field(default_factory=list)
+    rebuilt_indexes: list[tuple[int, str]] = field(default_factory=list)   # (base, reason)
+    recovered_segments: list[tuple[int, int, str | None]] = field(default_factory=list)  # (base, bytes cut, error)
+    removed_after_corruption: list[int] = field(default_factory=list)
+    truncated_bytes: int = 0
+
+    def summary(self) -> str:
+        if not (self.deleted_files or self.completed_swaps or self.rebuilt_indexes
+                or self.recovered_segments):
+            return "clean load: nothing to recover" if self.had_clean_shutdown else "nothing to recover"
+        parts = []
+        if self.deleted_files:
+            parts.append(f"deleted {len(self.deleted_files)} leftover file(s)")
+        if self.completed_swaps:
+            parts.append(f"completed {len(self.completed_swaps)} swap(s)")
+        if self.rebuilt_indexes:
+            parts.append(f"rebuilt indexes of {len(self.rebuilt_indexes)} segment(s)")
+        if self.recovered_segments:
+            parts.append(f"recovered {len(self.recovered_segments)} segment(s), "
+                         f"truncated {self.truncated_bytes} byte(s)")
+        if self.removed_after_corruption:
+            parts.append(f"removed {len(self.removed_after_corruption)} segment(s) after the damage")
+        return "; ".join(parts)
+
+
+@dataclass
+class LoadedLog:
+    segments: dict[int, LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    report: RecoveryReport
+
+
+def _remove(path: str, report: RecoveryReport) -> None:
+    if os.path.exists(path):
+        os.remove(path)
+        report.deleted_files.append(os.path.basename(path))
+
+
+def _strip_suffix(name: str, suffix: str) -> str:
+    return name[: -len(suffix)]
+
+
+def _is_segment_file(name: str) -> bool:
+    return name.split(".", 1)[0].isdigit() and len(name.split(".", 1)[0]) == 20
+
+
+def remove_temp_files_and_complete_swaps(directory: str, config: LogConfig, clock: Clock,
+                                         report: RecoveryReport) -> None:
+    names = sorted(os.listdir(directory))
+    cleaned, swaps = [], []
+    for name in names:
+        if not _is_segment_file(name):
+            continue
+        path = os.path.join(directory, name)
+        if name.endswith(DELETED_SUFFIX):
+            _remove(path, report)
+        elif name.endswith(CLEANED_SUFFIX):
+            cleaned.append(name)
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(name)
+    min_cleaned = min((offset_from_file_name(n) for n in cleaned), default=None)
+    for name in cleaned:
+        _remove(os.path.join(directory, name), report)
+    live_swaps = []
+    for name in swaps:
+        if min_cleaned is not None and offset_from_file_name(name) >= min_cleaned:
+            _remove(os.path.join(directory, name), report)  # part of an unfinished cleaning
+        else:
+            live_swaps.append(name)
+    swap_logs = [n for n in live_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    if swap_logs:
+        # The offset range the swapped-in segments cover replaces the ordinary segments inside it.
+        ranges = []
+        for name in swap_logs:
+            base = offset_from_file_name(name)
+            seg = LogSegment.open(directory, base, config, clock, file_already_exists=True,
+                                  file_suffix=SWAP_SUFFIX)
+            seg.recover()  # swap files have no trustworthy index yet
+            ranges.append((base, seg.read_next_offset()))
+            seg.close()
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        for name in sorted(os.listdir(directory)):
+            if (_is_segment_file(name) and any(name.endswith(s) for s in SEGMENT_SUFFIXES)
+                    and lo <= offset_from_file_name(name) < hi):
+                _remove(os.path.join(directory, name), report)
+    for name in live_swaps:
+        os.replace(os.path.join(directory, name),
+                   os.path.join(directory, _strip_suffix(name, SWAP_SUFFIX)))
+        report.completed_swaps.append(name)
+
+
+def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
+                  report: RecoveryReport) -> dict[int, LogSegment]:
+    segments: dict[int, LogSegment] = {}
+    names = sorted(os.listdir(directory))
+    logs = {offset_from_file_name(n) for n in names if _is_segment_file(n) and n.endswith(LOG_SUFFIX)}
+    for name in names:  # index files whose .log is gone are orphans
+        if (_is_segment_file(name) and any(name.endswith(s) for s in SEGMENT_SUFFIXES[1:])
+                and offset_from_file_name(name) not in logs):
+            _remove(os.path.join(directory, name), report)
+    for base in sorted(logs):
+        paths = segment_paths(directory, base)
+        missing = [ext for ext in (INDEX_SUFFIX, ".timeindex") if not os.path.exists(paths[ext])]
+        seg = LogSegment.open(directory, base, config, clock, file_already_exists=True)
+        reason = f"missing {', '.join(missing)}" if missing else None
+        if reason is None:
+            try:
+                seg.sanity_check()
+            except Exception as e:  # CorruptIndexError and friends
+                reason = f"corrupt index: {e}"
+        if reason is not None:
+            truncated = seg.recover(epoch_cache)
+            report.rebuilt_indexes.append((base, reason))
+            if truncated:
+                report.recovered_segments.append((base, truncated, seg.recovery_error))
+                report.truncated_bytes += truncated
+        segments[base] = seg
+    return segments
+
+
+def recover_log(directory: str, segments: dict[int, LogSegment], recovery_point: int,
+                epoch_cache, report: RecoveryReport) -> None:
+    """Recover segments from the one holding the recovery point to the end (unclean shutdown)."""
+    bases = sorted(segments)
+    start_index = 0
+    for i, base in enumerate(bases):
+        if base <= recovery_point:
+            start_index = i
+    for i in range(start_index, len(bases)):
+        seg = segments[bases[i]]
+        try:
+            truncated = seg.recover(epoch_cache)
+        except (InvalidOffsetError, LogSegmentOffsetOverflowError) as e:
+            truncated = seg.log.size_in_bytes()
+            seg.truncate_to(seg.base_offset)
+            seg.recovery_error = str(e)
+        report.recovered_segments.append((seg.base_offset, truncated, seg.recovery_error))
+        if truncated > 0:
+            report.truncated_bytes += truncated
+            for later in bases[i + 1:]:  # nothing after the damage can be trusted
+                segments.pop(later).delete_files()
+                report.removed_after_corruption.append(later)
+            break
+
+
+def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
+         recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
+         had_clean_shutdown: bool) -> LoadedLog:
+    report = RecoveryReport(had_clean_shutdown)
+    remove_temp_files_and_complete_swaps(directory, config, clock, report)
+    segments = load_segments(directory, config, clock, epoch_cache, report)
+    if not had_clean_shutdown and segments:
+        recover_log(directory, segments, recovery_point_checkpoint, epoch_cache, report)
+    next_offset = segments[max(segments)].read_next_offset() if segments else 0
+    if segments and next_offset < log_start_offset_checkpoint:
+        # Files were lost: the data the checkpoint promises is not on disk.
+        for seg in segments.values():
+            seg.delete_files()
+        segments.clear()
+    if not segments:
+        base = log_start_offset_checkpoint
+        segments[base] = LogSegment.open(directory, base, config, clock,
+                                         init_file_size=config.initial_file_size,
+                                         preallocate=config.preallocate)
+        next_offset = base
+    active = segments[max(segments)]
+    active.offset_index.resize(config.segment_index_bytes)
+    active.time_index.resize(config.segment_index_bytes)
+    recovery_point = next_offset if had_clean_shutdown else min(recovery_point_checkpoint, next_offset)
+    log_start_offset = max(log_start_offset_checkpoint, min(segments))
+    if epoch_cache is not None:
+        epoch_cache.truncate_from_end(next_offset)
+        epoch_cache.truncate_from_start(log_start_offset)
+    return LoadedLog(segments, log_start_offset, recovery_point, next_offset, report)

@@ -1,0 +1,146 @@
+"""A log directory holding many partition logs, and the checkpoint files that describe them.
+
+Mirrors Kafka's `LogManager`: on startup it reads `recovery-point-offset-checkpoint` and
+`log-start-offset-checkpoint`, notices `.kafka_cleanshutdown` (and then skips recovery), and
+opens every `<topic>-<partition>` directory. It writes the checkpoints atomically and, on a clean
+shutdown, flushes every log and writes the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
+                         RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
+from .clock import SYSTEM, Clock
+from .config import LogConfig
+from .events import EventBus
+from .log import Log, parse_topic_partition
+from .scheduler import Scheduler
+from .topic import partition_dir_name, validate_topic_name
+
+
+class LogManager:
+    def __init__(self, log_dir: str, config: LogConfig | dict | None = None,
+                 clock: Clock | None = None, *, topic_configs: dict[str, dict] | None = None,
+                 events: EventBus | None = None, scheduler: Scheduler | None = None):
+        self.log_dir = os.path.abspath(log_dir)
+        self.default_config = config if isinstance(config, LogConfig) else LogConfig(config or {})
+        self.topic_configs = dict(topic_configs or {})
+        self.clock = clock or SYSTEM
+        self.events = events or EventBus()
+        self.scheduler = scheduler or Scheduler(self.clock)
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._lock = threading.RLock()
+        self.had_clean_shutdown = False
+        self.broker_epoch = -1
+        os.makedirs(self.log_dir, exist_ok=True)
+        self._recovery_file = OffsetCheckpointFile(os.path.join(self.log_dir, RECOVERY_POINT_CHECKPOINT))
+        self._start_file = OffsetCheckpointFile(os.path.join(self.log_dir, LOG_START_OFFSET_CHECKPOINT))
+
+    @classmethod
+    def open(cls, log_dir: str, config: LogConfig | dict | None = None,
+             clock: Clock | None = None, **kwargs) -> "LogManager":
+        manager = cls(log_dir, config, clock, **kwargs)
+        manager.load_logs()
+        return manager
+
+    # ---- loading
+    def load_logs(self) -> None:
+        marker = os.path.join(self.log_dir, CLEAN_SHUTDOWN_FILE)
+        self.had_clean_shutdown = os.path.exists(marker)
+        if self.had_clean_shutdown:
+            try:
+                with open(marker, encoding="utf-8") as f:
+                    self.broker_epoch = int(json.load(f).get("brokerEpoch", -1))
+            except (ValueError, OSError):
+                self.broker_epoch = -1
+        recovery_points = self._recovery_file.read()
+        start_offsets = self._start_file.read()
+        for name in sorted(os.listdir(self.log_dir)):
+            path = os.path.join(self.log_dir, name)
+            if not os.path.isdir(path) or name.endswith(("-delete", "-future", "-stray")):
+                continue
+            try:
+                tp = parse_topic_partition(path)
+            except Exception:
+                continue  # not a partition directory
+            self._logs[tp] = Log.open(path, self.config_for(tp[0]), self.clock,
+                                      recovery_point=recovery_points.get(tp, 0),
+                                      log_start_offset=start_offsets.get(tp, 0),
+                                      had_clean_shutdown=self.had_clean_shutdown,
+                                      events=self.events, scheduler=self.scheduler)
+        if self.had_clean_shutdown:
+            os.remove(marker)  # from now on a crash must trigger recovery
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self.default_config.with_overrides(self.topic_configs.get(topic, {}))
+
+    # ---- logs
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int,
+                          config: LogConfig | dict | None = None) -> Log:
+        with self._lock:
+            log = self._logs.get((topic, partition))
+            if log is not None:
+                return log
+            if config is not None:
+                overrides = config.overrides if isinstance(config, LogConfig) else dict(config)
+                LogConfig(overrides)  # validate before anything is written
+                self.topic_configs[topic] = overrides
+            path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
+            log = Log.open(path, self.config_for(topic), self.clock, events=self.events,
+                           scheduler=self.scheduler, had_clean_shutdown=True)
+            self._logs[(topic, partition)] = log
+            return log
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self._logs})
+
+    # ---- checkpoints
+    def checkpoint_recovery_points(self) -> None:
+        self._recovery_file.write({tp: log.recovery_point for tp, log in self._logs.items()})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Only logs whose start offset is above their first segment's base are listed (Kafka)."""
+        self._start_file.write({tp: log.log_start_offset for tp, log in self._logs.items()
+                                if log.log_start_offset > log.segments[0].base_offset})
+
+    def flush_all(self) -> None:
+        for log in self._logs.values():
+            log.flush()
+        self.checkpoint_recovery_points()
+
+    def shutdown(self) -> None:
+        """Clean shutdown: flush and close every log, write the checkpoints and the marker."""
+        with self._lock:
+            self.scheduler.shutdown()
+            for log in self._logs.values():
+                log.close(flush=True)
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+            atomic_write(os.path.join(self.log_dir, CLEAN_SHUTDOWN_FILE),
+                         json.dumps({"version": 0, "brokerEpoch": self.broker_epoch},
+                                    separators=(",", ":")))
+            self.events.emit("shutdown", self.log_dir)
+
+    close = shutdown
+
+    def __enter__(self) -> "LogManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"LogManager({self.log_dir!r}, logs={sorted(self._logs)})"
+
+
+validate_topic = validate_topic_name

@@ -1,0 +1,526 @@
+"""RecordBatch v2 (magic 2): the unit Kafka writes to disk and sends over the wire.
+
+Mirrors Kafka's `DefaultRecordBatch`, `DefaultRecord`, `MemoryRecordsBuilder` and
+`ByteBufferLogInputStream`. A batch is a 61-byte header followed by its records:
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 |
+    attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 |
+    producerId int64 | producerEpoch int16 | baseSequence int32 | recordsCount int32 | records...
+
+The CRC-32C covers bytes 21.. (attributes to the end), so a broker can rewrite baseOffset and the
+leader epoch without recomputing it. Each record is a zig-zag varint length followed by its body.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+import crc32c as _crc32c
+
+from . import varint
+from .compression import Compression, compress, decompress
+from .errors import CorruptRecordError, InvalidRecordError
+
+# Byte positions of the header fields (DefaultRecordBatch.*_OFFSET).
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+
+LOG_OVERHEAD = 12              # baseOffset + batchLength
+HEADER_SIZE_UP_TO_MAGIC = 17
+RECORD_BATCH_OVERHEAD = 61
+MIN_BATCH_LENGTH_FIELD = 14    # LegacyRecord.RECORD_OVERHEAD_V0: smallest legal batchLength
+CURRENT_MAGIC = 2
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+DELETE_HORIZON_FLAG_MASK = 0x40
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+assert HEADER.size == RECORD_BATCH_OVERHEAD
+
+# (name, byte offset, size, struct format) of every header field, for dumps and hex views.
+HEADER_FIELDS: tuple[tuple[str, int, int, str], ...] = (
+    ("baseOffset", 0, 8, ">q"), ("batchLength", 8, 4, ">i"),
+    ("partitionLeaderEpoch", 12, 4, ">i"), ("magic", 16, 1, ">b"), ("crc", 17, 4, ">I"),
+    ("attributes", 21, 2, ">h"), ("lastOffsetDelta", 23, 4, ">i"),
+    ("baseTimestamp", 27, 8, ">q"), ("maxTimestamp", 35, 8, ">q"),
+    ("producerId", 43, 8, ">q"), ("producerEpoch", 51, 2, ">h"),
+    ("baseSequence", 53, 4, ">i"), ("recordsCount", 57, 4, ">i"),
+)
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+    @property
+    def kafka_name(self) -> str:
+        return "CreateTime" if self is TimestampType.CREATE_TIME else "LogAppendTime"
+
+    @classmethod
+    def from_name(cls, name: str) -> "TimestampType":
+        return {"CreateTime": cls.CREATE_TIME, "LogAppendTime": cls.LOG_APPEND_TIME}[name]
+
+
+class ControlRecordType(enum.IntEnum):
+    """Type of a control record, from its key (ControlRecordType.java)."""
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+    UNKNOWN = -1
+
+
+def crc32c(data) -> int:
+    return _crc32c.crc32c(data)
+
+
+Header = tuple  # (key: str, value: bytes | None)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. `offset` and `sequence` are filled in when a record is read from a batch."""
+    key: bytes | None = None
+    value: bytes | None = None
+    timestamp: int = NO_TIMESTAMP
+    headers: tuple[Header, ...] = ()
+    offset: int = -1
+    sequence: int = NO_SEQUENCE
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+# --------------------------------------------------------------------------------------------
+# Records (DefaultRecord)
+# --------------------------------------------------------------------------------------------
+
+def _bytes_field(data: bytes | None) -> bytes:
+    if data is None:
+        return b"\x01"  # varint -1
+    return varint.write_varint(len(data)) + data
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers: Sequence[Header] = ()) -> bytes:
+    """Encode one record: length varint, then attributes, deltas, key, value and headers."""
+    parts = [b"\x00", varint.write_varlong(timestamp_delta), varint.write_varint(offset_delta),
+             _bytes_field(key), _bytes_field(value), varint.write_varint(len(headers))]
+    for h_key, h_value in headers:
+        if h_key is None:
+            raise InvalidRecordError("a record header key must not be null")
+        parts.append(_bytes_field(h_key.encode("utf-8") if isinstance(h_key, str) else h_key))
+        parts.append(_bytes_field(h_value))
+    body = b"".join(parts)
+    return varint.write_varint(len(body)) + body
+
+
+def _read_bytes_field(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    length, pos = varint.read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise InvalidRecordError(f"invalid {what} size {length}: runs past the end of the record")
+    return bytes(buf[pos:pos + length]), pos + length
+
+
+def decode_record(buf, pos: int, base_offset: int, base_timestamp: int,
+                  log_append_time: int | None, base_sequence: int) -> tuple[Record, int]:
+    """Decode the record at buf[pos]; return it and the position after it (DefaultRecord.readFrom)."""
+    size, pos = varint.read_varint(buf, pos)
+    end = pos + size
+    if size < 0 or end > len(buf):
+        raise InvalidRecordError(
+            f"premature EOF: record claims {size} bytes but only {len(buf) - pos} remain")
+    pos += 1  # attributes: unused
+    ts_delta, pos = varint.read_varlong(buf, pos)
+    offset_delta, pos = varint.read_varint(buf, pos)
+    key, pos = _read_bytes_field(buf, pos, end, "key")
+    value, pos = _read_bytes_field(buf, pos, end, "value")
+    n_headers, pos = varint.read_varint(buf, pos)
+    if n_headers < 0:
+        raise InvalidRecordError(f"found invalid number of record headers {n_headers}")
+    if n_headers > end - pos:
+        raise InvalidRecordError(
+            f"found invalid number of record headers {n_headers}: more than the bytes remaining")
+    headers = []
+    for _ in range(n_headers):
+        h_key, pos = _read_bytes_field(buf, pos, end, "header key")
+        if h_key is None:
+            raise InvalidRecordError("invalid negative header key size")
+        h_value, pos = _read_bytes_field(buf, pos, end, "header value")
+        headers.append((h_key.decode("utf-8", errors="replace"), h_value))
+    if pos != end:
+        raise InvalidRecordError(
+            f"invalid record size: expected to read {size} bytes in record payload, "
+            f"but instead read {size - (end - pos)}")
+    timestamp = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+    sequence = NO_SEQUENCE if base_sequence < 0 else increment_sequence(base_sequence, offset_delta)
+    return Record(key, value, timestamp, tuple(headers), base_offset + offset_delta, sequence), end
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Producer sequences wrap past Integer.MAX_VALUE to 0 (DefaultRecordBatch.incrementSequence)."""
+    if sequence > varint.INT32_MAX - increment:
+        return increment - (varint.INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    if sequence < decrement:
+        return varint.INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------
+
+class RecordBatch:
+    """A view of one v2 batch held in memory. `position` is its byte position in a file, if any."""
+
+    __slots__ = ("buffer", "position", "base_offset", "batch_length", "partition_leader_epoch",
+                 "magic", "crc", "attributes", "last_offset_delta", "base_timestamp",
+                 "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count")
+
+    def __init__(self, buffer, position: int | None = None):
+        if len(buffer) < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"record batch is corrupt (the size {len(buffer)} is smaller than the minimum "
+                f"allowed overhead {RECORD_BATCH_OVERHEAD})")
+        self.buffer = buffer
+        self.position = position
+        (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
+         self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+         self.producer_id, self.producer_epoch, self.base_sequence,
+         self.records_count) = HEADER.unpack_from(buffer, 0)
+
+    # ---- derived values
+    @property
+    def size_in_bytes(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & TIMESTAMP_TYPE_MASK else 0)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    # ---- validity
+    def compute_crc(self) -> int:
+        return crc32c(bytes(self.buffer[ATTRIBUTES_OFFSET:self.size_in_bytes]))
+
+    def is_valid(self) -> bool:
+        return (self.size_in_bytes >= RECORD_BATCH_OVERHEAD and len(self.buffer) >= self.size_in_bytes
+                and self.crc == self.compute_crc())
+
+    def ensure_valid(self) -> None:
+        """Raise CorruptRecordError unless the size is sane and the stored CRC matches."""
+        if self.size_in_bytes < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"record batch at offset {self.base_offset} is corrupt (the size "
+                f"{self.size_in_bytes} is smaller than the minimum allowed overhead "
+                f"{RECORD_BATCH_OVERHEAD})")
+        if len(self.buffer) < self.size_in_bytes:
+            raise CorruptRecordError(
+                f"record batch at offset {self.base_offset} is truncated: header says "
+                f"{self.size_in_bytes} bytes, only {len(self.buffer)} present")
+        computed = self.compute_crc()
+        if computed != self.crc:
+            raise CorruptRecordError(
+                f"record batch at offset {self.base_offset} is corrupt (stored crc = "
+                f"{self.crc:#010x}, computed crc = {computed:#010x})")
+
+    # ---- contents
+    def records_bytes(self) -> bytes:
+        """The records section, decompressed."""
+        raw = bytes(self.buffer[RECORDS_OFFSET:self.size_in_bytes])
+        return raw if self.compression is Compression.NONE else decompress(self.compression, raw)
+
+    def records(self) -> list[Record]:
+        """Decode every record; the count must match exactly (DefaultRecordBatch iterators)."""
+        if self.magic != CURRENT_MAGIC:
+            raise InvalidRecordError(
+                f"batch at offset {self.base_offset} has magic {self.magic}; kstore reads only "
+                f"message format v2 (magic 2)")
+        if self.records_count < 0:
+            raise InvalidRecordError(
+                f"found invalid record count {self.records_count} in magic v2 batch")
+        data = self.records_bytes()
+        log_append_time = (self.max_timestamp
+                           if self.timestamp_type is TimestampType.LOG_APPEND_TIME else None)
+        out, pos = [], 0
+        for _ in range(self.records_count):
+            if pos >= len(data):
+                raise InvalidRecordError(
+                    f"premature EOF: batch at offset {self.base_offset} declares "
+                    f"{self.records_count} records but holds only {len(out)}")
+            record, pos = decode_record(data, pos, self.base_offset, self.base_timestamp,
+                                        log_append_time, self.base_sequence)
+            out.append(record)
+        if pos != len(data):
+            raise InvalidRecordError(
+                f"incorrect declared batch size, records still remaining in file: batch at "
+                f"offset {self.base_offset} declares {self.records_count} records, "
+                f"{len(data) - pos} bytes are left over")
+        return out
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def control_record_type(self) -> ControlRecordType:
+        """For a control batch: the type in its (single) record's key."""
+        recs = self.records()
+        if not recs or recs[0].key is None or len(recs[0].key) < 4:
+            return ControlRecordType.UNKNOWN
+        (type_id,) = struct.unpack_from(">h", recs[0].key, 2)
+        try:
+            return ControlRecordType(type_id)
+        except ValueError:
+            return ControlRecordType.UNKNOWN
+
+    def to_bytes(self) -> bytes:
+        return bytes(self.buffer[:self.size_in_bytes])
+
+    def header_dict(self) -> dict:
+        return {name: getattr(self, _snake(name)) for name, *_ in HEADER_FIELDS}
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"count={self.records_count}, size={self.size_in_bytes}, "
+                f"epoch={self.partition_leader_epoch}, {self.compression.kafka_name})")
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+# ---- in-place header rewrites, as the leader does on append (LogValidator) ----
+
+def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+    """Not covered by the CRC: no recomputation."""
+    struct.pack_into(">q", buf, pos + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+    """Not covered by the CRC: no recomputation."""
+    struct.pack_into(">i", buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_max_timestamp(buf: bytearray, pos: int, timestamp_type: TimestampType,
+                      max_timestamp: int) -> None:
+    """Set the timestamp type bit and maxTimestamp; both are CRC-covered, so the CRC is redone."""
+    (attributes,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_OFFSET)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    else:
+        attributes &= ~TIMESTAMP_TYPE_MASK
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
+    end = pos + LOG_OVERHEAD + length
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(bytes(buf[pos + ATTRIBUTES_OFFSET:end])))
+
+
+# ---- building (MemoryRecordsBuilder) ----
+
+def build_batch(records: Iterable[Record], *, base_offset: int = 0,
+                compression: Compression = Compression.NONE,
+                timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, transactional: bool = False,
+                control: bool = False, delete_horizon_ms: int | None = None,
+                offsets: Sequence[int] | None = None, last_offset_delta: int | None = None,
+                max_timestamp: int | None = None) -> bytes:
+    """Build one v2 batch.
+
+    Records get offsets base_offset, base_offset+1, ... unless `offsets` gives them (the cleaner
+    keeps original offsets, leaving gaps). `last_offset_delta` may be forced above the last
+    record's delta (the cleaner keeps the producer's last sequence). `max_timestamp` overrides the
+    computed one (LogAppendTime keeps the broker's time).
+    """
+    records = list(records)
+    if offsets is None:
+        offsets = range(base_offset, base_offset + len(records))
+    elif len(offsets) != len(records):
+        raise ValueError("offsets must have one entry per record")
+    if delete_horizon_ms is not None:
+        base_timestamp = delete_horizon_ms
+    else:
+        base_timestamp = records[0].timestamp if records else NO_TIMESTAMP
+    body = b"".join(encode_record(off - base_offset, r.timestamp - base_timestamp,
+                                  r.key, r.value, r.headers)
+                    for off, r in zip(offsets, records))
+    if compression != Compression.NONE:
+        body = compress(compression, body)
+    if max_timestamp is None:
+        max_timestamp = max((r.timestamp for r in records), default=NO_TIMESTAMP)
+    if last_offset_delta is None:
+        last_offset_delta = (offsets[-1] - base_offset) if records else 0
+    attributes = int(compression) & COMPRESSION_CODEC_MASK
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    if control:
+        attributes |= CONTROL_FLAG_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG_MASK
+    buf = bytearray(RECORD_BATCH_OVERHEAD + len(body))
+    HEADER.pack_into(buf, 0, base_offset, len(buf) - LOG_OVERHEAD, partition_leader_epoch,
+                     CURRENT_MAGIC, 0, attributes, last_offset_delta, base_timestamp,
+                     max_timestamp, producer_id, producer_epoch, base_sequence, len(records))
+    buf[RECORDS_OFFSET:] = body
+    struct.pack_into(">I", buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
+    return bytes(buf)
+
+
+def build_empty_batch(*, base_offset: int, last_offset: int, max_timestamp: int,
+                      partition_leader_epoch: int, producer_id: int, producer_epoch: int,
+                      base_sequence: int, timestamp_type: TimestampType,
+                      transactional: bool = False, control: bool = False) -> bytes:
+    """A header-only batch, count 0, as the cleaner keeps one (DefaultRecordBatch.writeEmptyHeader)."""
+    return build_batch([], base_offset=base_offset, timestamp_type=timestamp_type,
+                       partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence,
+                       transactional=transactional, control=control,
+                       last_offset_delta=last_offset - base_offset, max_timestamp=max_timestamp)
+
+
+def build_control_batch(record_type: ControlRecordType, *, base_offset: int = 0, timestamp: int,
+                        producer_id: int, producer_epoch: int, coordinator_epoch: int = 0,
+                        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """A transaction marker (EndTransactionMarker): key = version 0 + type, value = version 0 + epoch."""
+    key = struct.pack(">hh", 0, int(record_type))
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([Record(key, value, timestamp)], base_offset=base_offset, control=True,
+                       transactional=True, producer_id=producer_id, producer_epoch=producer_epoch,
+                       partition_leader_epoch=partition_leader_epoch)
+
+
+# --------------------------------------------------------------------------------------------
+# A buffer of batches (MemoryRecords + ByteBufferLogInputStream)
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class MemoryRecords:
+    """Batches held in memory, e.g. a producer request or bytes read from a file.
+
+    Iteration follows `ByteBufferLogInputStream`: it stops quietly at a partial trailing batch (a
+    read may end in the middle of one) and raises CorruptRecordError for an impossible length or
+    magic byte.
+    """
+    buffer: bytes | bytearray | memoryview
+    max_batch_size: int | None = None
+    base_position: int = 0
+    _batches: list | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, *batches: bytes) -> "MemoryRecords":
+        return cls(b"".join(batches))
+
+    def batches(self) -> list[RecordBatch]:
+        if self._batches is None:
+            self._batches = list(self._iter_batches())
+        return self._batches
+
+    def _iter_batches(self) -> Iterator[RecordBatch]:
+        buf, pos, end = self.buffer, 0, len(self.buffer)
+        while end - pos >= LOG_OVERHEAD:
+            (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
+            if length < MIN_BATCH_LENGTH_FIELD:
+                raise CorruptRecordError(
+                    f"record size {length} is less than the minimum record overhead "
+                    f"({MIN_BATCH_LENGTH_FIELD}) at position {self.base_position + pos}")
+            if self.max_batch_size is not None and length > self.max_batch_size:
+                raise CorruptRecordError(
+                    f"record size {length} exceeds the largest allowable message size "
+                    f"({self.max_batch_size}) at position {self.base_position + pos}")
+            if end - pos < HEADER_SIZE_UP_TO_MAGIC or end - pos < LOG_OVERHEAD + length:
+                return  # partial trailing batch
+            magic = buf[pos + MAGIC_OFFSET]
+            magic = magic - 256 if magic > 127 else magic
+            if magic < 0 or magic > CURRENT_MAGIC:
+                raise CorruptRecordError(
+                    f"invalid magic found in record: {magic} at position {self.base_position + pos}")
+            size = LOG_OVERHEAD + length
+            yield RecordBatch(memoryview(buf)[pos:pos + size] if not isinstance(buf, bytes)
+                              else buf[pos:pos + size], self.base_position + pos)
+            pos += size
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        return iter(self.batches())
+
+    def records(self, skip_control: bool = True) -> Iterator[Record]:
+        """Every record of every complete batch; control batches (transaction markers) skipped."""
+        for batch in self.batches():
+            if skip_control and batch.is_control:
+                continue
+            yield from batch.records()
+
+    def size_in_bytes(self) -> int:
+        return len(self.buffer)
+
+    def valid_bytes(self) -> int:
+        return sum(b.size_in_bytes for b in self.batches())

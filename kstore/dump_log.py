@@ -83,17 +83,20 @@ def _control_type(key: bytes | None) -> ControlRecordType:
         return ControlRecordType.UNKNOWN
 
 
-def dump_log(path: str, out: TextIO, print_data: bool, deep: bool) -> None:
+def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool) -> None:
     out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
     records = FileRecords(path, file_already_exists=True)
     try:
         valid = 0
-        for batch in records.batches():
-            out.write(format_batch(batch, valid) + "\n")
-            if deep or print_data:
-                for record in batch.records():
-                    out.write(format_record(batch, record, print_data) + "\n")
-            valid += batch.size_in_bytes
+        try:
+            for batch in records.batches():
+                out.write(format_batch(batch, valid) + "\n")
+                if deep or print_data:
+                    for record in batch.records():
+                        out.write(format_record(batch, record, print_data) + "\n")
+                valid += batch.size_in_bytes
+        except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
+            err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
         trailing = records.size_in_bytes() - valid
         if trailing > 0:
             out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
@@ -187,9 +190,12 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
     """Dump one file; return False if it could not be read (the error goes to `err`)."""
     out.write(f"Dumping {path}\n")
     name = os.path.basename(path)
+    if not os.path.exists(path):
+        err.write(f"{path}: no such file\n")
+        return False
     try:
         if name.endswith(".log"):
-            dump_log(path, out, print_data, deep_iteration)
+            dump_log(path, out, err, print_data, deep_iteration)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)
         elif name.endswith(".timeindex"):
@@ -209,9 +215,6 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
             return False
     except BrokenPipeError:
         raise
-    except FileNotFoundError:
-        err.write(f"{path}: no such file\n")
-        return False
     except (KStoreError, ValueError, OSError) as e:
         err.write(f"{path}: {e}\n")
         return False

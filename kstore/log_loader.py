@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from .clock import Clock
 from .config import LogConfig
-from .errors import InvalidOffsetError, LogSegmentOffsetOverflowError
+from .errors import CorruptRecordError, InvalidOffsetError, LogSegmentOffsetOverflowError
+from .file_records import FileRecords
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES,
                       SWAP_SUFFIX, LogSegment, offset_from_file_name, segment_paths)
 
@@ -76,8 +77,21 @@ def _is_segment_file(name: str) -> bool:
     return name.split(".", 1)[0].isdigit() and len(name.split(".", 1)[0]) == 20
 
 
-def remove_temp_files_and_complete_swaps(directory: str, config: LogConfig, clock: Clock,
-                                         report: RecoveryReport) -> None:
+def _next_offset_of(log_path: str) -> int:
+    """The offset after the last complete batch of a `.log` file (its base offset if empty)."""
+    records = FileRecords(log_path, file_already_exists=True)
+    try:
+        next_offset = offset_from_file_name(log_path)
+        for loc in records.batch_locations():
+            next_offset = loc.last_offset + 1
+        return next_offset
+    except CorruptRecordError:
+        return next_offset
+    finally:
+        records.close_handlers()
+
+
+def remove_temp_files_and_complete_swaps(directory: str, report: RecoveryReport) -> None:
     names = sorted(os.listdir(directory))
     cleaned, swaps = [], []
     for name in names:
@@ -102,14 +116,8 @@ def remove_temp_files_and_complete_swaps(directory: str, config: LogConfig, cloc
     swap_logs = [n for n in live_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
     if swap_logs:
         # The offset range the swapped-in segments cover replaces the ordinary segments inside it.
-        ranges = []
-        for name in swap_logs:
-            base = offset_from_file_name(name)
-            seg = LogSegment.open(directory, base, config, clock, file_already_exists=True,
-                                  file_suffix=SWAP_SUFFIX)
-            seg.recover()  # swap files have no trustworthy index yet
-            ranges.append((base, seg.read_next_offset()))
-            seg.close()
+        ranges = [(offset_from_file_name(n), _next_offset_of(os.path.join(directory, n)))
+                  for n in swap_logs]
         lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
         for name in sorted(os.listdir(directory)):
             if (_is_segment_file(name) and any(name.endswith(s) for s in SEGMENT_SUFFIXES)
@@ -179,7 +187,7 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
          recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
          had_clean_shutdown: bool) -> LoadedLog:
     report = RecoveryReport(had_clean_shutdown)
-    remove_temp_files_and_complete_swaps(directory, config, clock, report)
+    remove_temp_files_and_complete_swaps(directory, report)
     segments = load_segments(directory, config, clock, epoch_cache, report)
     if not had_clean_shutdown and segments:
         recover_log(directory, segments, recovery_point_checkpoint, epoch_cache, report)

@@ -119,14 +119,15 @@ class FileRecords:
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
 
-    def batch_locations(self, start: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
-        """Walk batch headers from `start` as `FileLogInputStream.nextBatch` does: stop quietly at a
-        partial trailing batch, raise CorruptRecordError for a length below the legal minimum."""
+    def _headers(self, start: int, end: int | None) -> Iterator[tuple[int, bytes, int]]:
+        """(position, header bytes, batch size) for each complete batch, as
+        `FileLogInputStream.nextBatch` walks them: stop quietly at a partial trailing batch, raise
+        CorruptRecordError for a length below the legal minimum."""
         end = self._size if end is None else min(end, self._size)
         pos = start
         while pos < end - HEADER_SIZE_UP_TO_MAGIC:
             header = os.pread(self._fd, RECORD_BATCH_OVERHEAD, pos)
-            base_offset, length = _BASE_AND_LENGTH.unpack_from(header, 0)
+            _, length = _BASE_AND_LENGTH.unpack_from(header, 0)
             if length < MIN_BATCH_LENGTH_FIELD:
                 raise CorruptRecordError(
                     f"found record size {length} smaller than minimum record overhead "
@@ -134,6 +135,13 @@ class FileRecords:
             size = LOG_OVERHEAD + length
             if pos + size > end:
                 return
+            yield pos, header, size
+            pos += size
+
+    def batch_locations(self, start: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
+        """Where each batch is, read from its header alone."""
+        for pos, header, size in self._headers(start, end):
+            base_offset = _BASE_AND_LENGTH.unpack_from(header, 0)[0]
             magic = header[MAGIC_OFFSET]
             if len(header) >= RECORD_BATCH_OVERHEAD and magic == 2:
                 (delta,) = struct.unpack_from(">i", header, LAST_OFFSET_DELTA_OFFSET)
@@ -142,7 +150,12 @@ class FileRecords:
             else:
                 # Legacy (v0/v1) entries put the offset of their last message in the first field.
                 yield BatchLocation(pos, base_offset, base_offset, size, magic, -1)
-            pos += size
+
+    def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+        """v2 batch headers only (61 bytes each, records not read): cheap scans of producer fields."""
+        for pos, header, _size in self._headers(start, end):
+            if len(header) >= RECORD_BATCH_OVERHEAD and header[MAGIC_OFFSET] == 2:
+                yield RecordBatch(header, pos)
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
         """Full batches (header + records) from `start`; same stopping rules as batch_locations."""

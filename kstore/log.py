@@ -8,9 +8,11 @@ Segments are kept sorted by base offset; the segment that holds an offset is fou
 Offsets:
 * log start offset (LSO start) — the first offset still readable;
 * log end offset (LEO)         — the offset the next record will get;
-* high watermark (HW)          — the first offset not yet known to be replicated; moved by the
-                                 replication layer, never by appends (a one-replica broker sets
-                                 it to the LEO after each append);
+* high watermark (HW)          — the first offset not yet known to be replicated. With
+                                 `single_replica=True` (the default: the leader is the whole ISR)
+                                 it follows the LEO after each append, as Kafka's Partition moves
+                                 it; the replication layer opens logs with `single_replica=False`
+                                 and moves it itself (UnifiedLog alone never moves it on append);
 * recovery point               — the first offset not yet known to be fsynced.
 """
 
@@ -32,11 +34,13 @@ from .errors import (CorruptRecordError, InvalidRecordError, LogError, OffsetOut
                      RecordBatchTooLargeError, RecordTooLargeError)
 from .events import EventBus
 from .leader_epoch import LeaderEpochFileCache
+from .producer_state import ProducerStateManager
+from . import retention
 from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
 from .scheduler import Scheduler
-from .segment import (DELETED_SUFFIX, SEGMENT_SUFFIXES, FetchDataInfo, LogOffsetMetadata,
-                      LogSegment, RollParams, TimestampAndOffset, segment_paths)
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, FetchDataInfo,
+                      LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset, segment_paths)
 
 # ListOffsets special timestamps (ListOffsetsRequest).
 EARLIEST_TIMESTAMP = -2
@@ -83,7 +87,7 @@ class Log:
 
     def __init__(self, directory: str, config: LogConfig, clock: Clock, loaded: log_loader.LoadedLog,
                  epoch_cache: LeaderEpochFileCache, events: EventBus, scheduler: Scheduler,
-                 high_watermark: int | None):
+                 high_watermark: int | None, single_replica: bool = True):
         self.dir = str(directory)
         self.topic, self.partition = parse_topic_partition(self.dir)
         self.config = config
@@ -99,8 +103,11 @@ class Log:
         self._recovery_point = loaded.recovery_point
         self._next_offset = loaded.next_offset
         self._last_flush_ms = clock.milliseconds()
-        hw = self._log_start_offset if high_watermark is None else high_watermark
-        self._high_watermark = min(max(hw, self._log_start_offset), self._next_offset)
+        self.single_replica = single_replica
+        if high_watermark is None:
+            high_watermark = self._next_offset if single_replica else self._log_start_offset
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
+        self._producer_state: ProducerStateManager | None = None   # built on first use
         self.closed = False
 
     # ------------------------------------------------------------------ opening
@@ -108,11 +115,12 @@ class Log:
     def open(cls, directory: str, config: LogConfig | dict | None = None, clock: Clock | None = None,
              *, recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = False,
              high_watermark: int | None = None, events: EventBus | None = None,
-             scheduler: Scheduler | None = None) -> "Log":
+             scheduler: Scheduler | None = None, single_replica: bool = True) -> "Log":
         """Open (or create) the partition directory `<topic>-<partition>` and load it.
 
         `recovery_point` and `log_start_offset` come from the log directory's checkpoint files;
         `had_clean_shutdown` from `.kafka_cleanshutdown` (the LogManager reads both).
+        `single_replica=False` leaves the high watermark to the replication layer.
         """
         config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         clock = clock or SYSTEM
@@ -124,7 +132,7 @@ class Log:
                                  log_start_offset_checkpoint=log_start_offset,
                                  had_clean_shutdown=had_clean_shutdown)
         log = cls(directory, config, clock, loaded, epoch_cache, events or EventBus(),
-                  scheduler or Scheduler(clock), high_watermark)
+                  scheduler or Scheduler(clock), high_watermark, single_replica)
         log.events.emit("load", log.dir, report=loaded.report, log_end_offset=log.log_end_offset)
         if loaded.report.recovered_segments:
             log.events.emit("recover", log.dir, report=loaded.report)
@@ -188,6 +196,16 @@ class Log:
             self.leader_epoch_cache.truncate_from_start(offset)
             self.events.emit("log_start_offset", self.dir, offset=offset, reason=reason)
             return True
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The last batch of each producer id, rebuilt from batch headers when first needed."""
+        with self._lock:
+            if self._producer_state is None:
+                state = ProducerStateManager()
+                state.rebuild(b for seg in self.segments for b in seg.log.batch_headers())
+                self._producer_state = state
+            return self._producer_state
 
     # ------------------------------------------------------------------ segments
     @property
@@ -285,6 +303,11 @@ class Log:
             segment.append(info.last_offset, info.max_timestamp,
                            info.shallow_offset_of_max_timestamp, bytes(buf))
             self._next_offset = info.last_offset + 1
+            if self._producer_state is not None:
+                for batch in batches:
+                    self._producer_state.update(batch)
+            if self.single_replica:
+                self.update_high_watermark(self._next_offset)
             if self.unflushed_messages >= self.config.flush_messages or \
                     now - self._last_flush_ms >= self.config.flush_ms:
                 self.flush()
@@ -547,6 +570,7 @@ class Log:
                 self._delete_segment_files(self._remove_segment(base))
             truncated = self.active_segment.truncate_to(target_offset)
             self._next_offset = target_offset
+            self._producer_state = None
             self.leader_epoch_cache.truncate_from_end(target_offset)
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
@@ -568,6 +592,7 @@ class Log:
                                       preallocate=self.config.preallocate)
             self._add_segment(segment)
             self.leader_epoch_cache.clear()
+            self._producer_state = None
             self._next_offset = new_offset
             self._log_start_offset = new_offset
             self._recovery_point = new_offset
@@ -575,7 +600,7 @@ class Log:
             self.events.emit("truncate", self.dir, target_offset=new_offset,
                              old_log_end_offset=old_leo, full=True)
 
-    def _delete_segment_files(self, segment: LogSegment) -> None:
+    def _delete_segment_files(self, segment: LogSegment, reason: str = "truncation") -> None:
         """Rename to `.deleted` now; remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
         segment.close_handlers()
         segment.change_file_suffixes("", DELETED_SUFFIX)
@@ -585,7 +610,73 @@ class Log:
         self.scheduler.schedule(f"delete-file-{segment.base_offset}", delete,
                                 delay_ms=self.config.file_delete_delay_ms)
         self.events.emit("delete", self.dir, segment=segment.base_offset,
-                         files=segment.file_names())
+                         files=segment.file_names(), reason=reason)
+
+    # ------------------------------------------------------------------ retention
+    def delete_old_segments(self) -> int:
+        """One retention pass over this log; returns the number of segments deleted.
+
+        Kafka's order: log-start-offset breach, then size, then time (time and size only when
+        cleanup.policy contains `delete`). Each rule sees the log the previous one left.
+        """
+        deleted = self._delete_by(retention.log_start_offset_breached(self._log_start_offset),
+                                  "log start offset breach")
+        if self.config.delete:
+            deleted += self._delete_by(retention.retention_size_breached(
+                self.size_in_bytes(), self.config.retention_bytes), "retention size breach")
+            deleted += self._delete_by(retention.retention_ms_breached(
+                self.clock.milliseconds(), self.config.retention_ms), "retention time breach")
+        self.scheduler.run_due()
+        return deleted
+
+    def _delete_by(self, predicate, reason: str) -> int:
+        if predicate is None:
+            return 0
+        with self._lock:
+            self._check_open()
+            deletable = retention.deletable_segments(
+                self.segments, predicate, high_watermark=self._high_watermark,
+                log_end_offset=self._next_offset)
+            return self._delete_segments(deletable, reason)
+
+    def _delete_segments(self, deletable: list[LogSegment], reason: str) -> int:
+        """Remove `deletable` (a prefix) from the log; roll first if every segment goes, so the
+        log always keeps one (UnifiedLog.deleteSegments)."""
+        if not deletable:
+            return 0
+        to_delete = list(deletable)
+        if len(to_delete) == self.number_of_segments:
+            new_segment = self.roll(reasons=[f"{reason}: every segment is deletable"])
+            if to_delete[-1].base_offset == new_segment.base_offset:
+                to_delete = to_delete[:-1]   # the empty active segment was replaced, not deleted
+        for segment in to_delete:
+            self._remove_segment(segment.base_offset)
+            self._delete_segment_files(segment, reason)
+        self.maybe_increment_log_start_offset(self.segments[0].base_offset, reason)
+        self._producer_state = None
+        return len(deletable)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap cleaned segments in, crash-safely (LocalLog.replaceSegments): the new files go
+        `.cleaned` → `.swap`, the old ones are renamed `.deleted`, then `.swap` is dropped. A crash
+        at any point is completed or undone by the loader."""
+        with self._lock:
+            self._check_open()
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            old_sorted = sorted((s for s in old_segments if self._segments.get(s.base_offset) is s),
+                                key=lambda s: s.base_offset)
+            for segment in reversed(new_sorted):
+                segment.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            for segment in reversed(new_sorted):
+                self._add_segment(segment)
+            for old in old_sorted:
+                if old.base_offset != new_sorted[0].base_offset:
+                    self._remove_segment(old.base_offset)
+                self._delete_segment_files(old, "replaced by cleaned segment")
+            for segment in new_sorted:
+                segment.change_file_suffixes(SWAP_SUFFIX, "")
+            fsync_dir(self.dir)
+            self._producer_state = None
 
     # ------------------------------------------------------------------ durability
     def flush(self, offset: int | None = None) -> None:

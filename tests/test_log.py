@@ -143,7 +143,8 @@ def test_case_38_read_in_a_gap_returns_the_next_batch(make_log):
 
 # ---------------------------------------------------------------- case 39: high watermark
 def test_case_39_high_watermark_maintenance(make_log):
-    log = make_log()
+    """UnifiedLog alone (a replicated partition): appends never move the HW."""
+    log = make_log(single_replica=False)
     assert log.high_watermark == 0
     log.append_as_leader(batch_of(3))
     assert log.high_watermark == 0                  # appends do not move it
@@ -154,6 +155,16 @@ def test_case_39_high_watermark_maintenance(make_log):
     log.append_as_leader(batch_of(2, start=3))
     log.truncate_to(1)
     assert log.high_watermark == 1                  # lowered by truncation
+
+
+def test_single_replica_high_watermark_follows_the_log_end_offset(make_log):
+    """With the leader alone in the ISR, Kafka's Partition moves the HW to the LEO on append."""
+    log = make_log()
+    log.append_as_leader(batch_of(3))
+    assert log.high_watermark == 3
+    assert [r.offset for r in log.records(isolation=Isolation.HIGH_WATERMARK)] == [0, 1, 2]
+    log.close()
+    assert make_log(had_clean_shutdown=True).high_watermark == 3
 
 
 # ---------------------------------------------------------------- case 45: index resize at truncation
@@ -504,7 +515,8 @@ def test_events_for_append_roll_truncate_flush_delete(make_log):
     assert "flush" in kinds and "truncate" in kinds and "delete" in kinds
     roll = next(e for e in rec.events if e.kind == "roll")
     assert roll.details["new_segment"] == 2 and roll.details["reasons"] == ["segment.bytes"]
-    append = rec.events[0]
+    append = next(e for e in rec.events if e.kind == "append")
+    assert kinds.count("high_watermark") == 6      # follows each of 5 appends, lowered by truncate
     assert append.details == {"first_offset": 0, "last_offset": 0, "size": one_record_size(),
                               "position": 0, "segment": 0, "batches": 1}
 

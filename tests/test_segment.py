@@ -675,6 +675,11 @@ def test_read_ending_inside_a_batch_drops_partial_batch(two_batches):
     assert info.size == len(b1) + 10
     assert info.records.read_bytes() == (b1 + b2)[:len(b1) + 10]
     assert [b.base_offset for b in info.batches()] == [0]
+    # the cut leaves the next batch's header readable (>= 17 bytes) but not its body
+    info = seg.read(0, len(b1) + 61)
+    assert info.size == len(b1) + 61 < len(b1) + len(b2)
+    assert [b.base_offset for b in info.batches()] == [0]
+    assert [c[0] for c in read_contents(info)] == list(range(10))
     info = seg.read(0, 10)
     assert info.size == 10 and info.batches() == []
 

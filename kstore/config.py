@@ -134,17 +134,20 @@ def _convert(key: ConfigKey, value: Any) -> Any:
     raise AssertionError(key.type)
 
 
-class LogConfig:
-    """Validated per-log configuration. Unknown names and impossible values raise ConfigError."""
+class _Config:
+    """Validated configuration: Kafka names, Kafka defaults, ConfigDef-style checks."""
+
+    _keys: dict[str, ConfigKey] = {}
+    _unknown = "Unknown config name"
 
     def __init__(self, overrides: Mapping[str, Any] | None = None, **kwargs: Any):
-        values = {k.name: k.default for k in _KEYS}
+        values = {k.name: k.default for k in self._keys.values()}
         given = dict(overrides or {})
         given.update({k.replace("_", "."): v for k, v in kwargs.items()})
         for name, raw in given.items():
-            key = KEYS.get(name)
+            key = self._keys.get(name)
             if key is None:
-                raise ConfigError(f"Unknown topic config name: {name}")
+                raise ConfigError(f"{self._unknown}: {name}")
             value = _convert(key, raw)
             if key.validator is not None:
                 problem = key.validator(value)
@@ -156,10 +159,7 @@ class LogConfig:
         self._check_consistency()
 
     def _check_consistency(self) -> None:
-        if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
-            raise ConfigError(
-                f"conflict: max.compaction.lag.ms ({self.max_compaction_lag_ms}) must be at least "
-                f"min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+        pass
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._values:
@@ -173,10 +173,10 @@ class LogConfig:
             return values[name]
         raise AttributeError(attr)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]):
         merged = dict(self._overrides)
         merged.update(overrides)
-        return LogConfig(merged)
+        return type(self)(merged)
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -184,6 +184,28 @@ class LogConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._overrides})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._values == self._values
+
+
+class LogConfig(_Config):
+    """Validated per-log (topic) configuration. Unknown names and impossible values raise ConfigError."""
+
+    _keys = KEYS
+    _unknown = "Unknown topic config name"
+
+    def _check_consistency(self) -> None:
+        if self.retention_bytes < -1:
+            raise ConfigError(f"Invalid value {self.retention_bytes} for configuration "
+                              f"retention.bytes: must be -1 (no limit) or at least 0")
+        if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
+            raise ConfigError(
+                f"conflict: max.compaction.lag.ms ({self.max_compaction_lag_ms}) must be at least "
+                f"min.compaction.lag.ms ({self.min_compaction_lag_ms})")
 
     @property
     def compact(self) -> bool:
@@ -204,11 +226,36 @@ class LogConfig:
     def initial_file_size(self) -> int:
         return self.segment_bytes if self.preallocate else 0
 
-    def __repr__(self) -> str:
-        return f"LogConfig({self._overrides})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LogConfig) and other._values == self._values
+_BROKER_KEYS = [
+    ConfigKey("log.retention.check.interval.ms", "long", 300000, at_least(1),
+              "How often the retention task looks for deletable segments."),
+    ConfigKey("log.initial.task.delay.ms", "long", 30000, at_least(0),
+              "Delay before the first retention and cleaner runs after startup."),
+    ConfigKey("log.cleaner.enable", "boolean", True, None, "Run the log cleaner (compaction)."),
+    ConfigKey("log.cleaner.threads", "int", 1, at_least(0), "Cleaner threads (the offset map is split)."),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, at_least(24),
+              "Memory for the cleaners' offset maps (24 bytes per key)."),
+    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9, between(0.01, 1.0),
+              "Fill the offset map to at most this fraction of its slots."),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15000, at_least(0),
+              "Sleep between cleaner runs when there was nothing to clean."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, at_least(0),
+              "How often recovery points are checkpointed."),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, at_least(0),
+              "How often log start offsets are checkpointed."),
+    ConfigKey("num.partitions", "int", 1, at_least(1), "Partitions of an auto-created topic."),
+    ConfigKey("auto.create.topics.enable", "boolean", True, None,
+              "Create a topic on its first produce."),
+]
+BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
+
+
+class BrokerConfig(_Config):
+    """Broker-wide settings of the log manager (Kafka's KafkaConfig / ServerLogConfigs)."""
+
+    _keys = BROKER_KEYS
+    _unknown = "Unknown broker config name"
 
 
 def describe() -> list[dict]:

@@ -108,6 +108,8 @@ class Log:
             high_watermark = self._next_offset if single_replica else self._log_start_offset
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
         self._producer_state: ProducerStateManager | None = None   # built on first use
+        self._pending_deletes: list[LogSegment] = []   # renamed `.deleted`, handles still open
+        self.modification_count = 0   # bumped by truncation and deletion; the cleaner checks it
         self.closed = False
 
     # ------------------------------------------------------------------ opening
@@ -566,6 +568,7 @@ class Log:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
             old_leo = self._next_offset
+            self.modification_count += 1
             for base in [b for b in self._bases if b > target_offset]:
                 self._delete_segment_files(self._remove_segment(base))
             truncated = self.active_segment.truncate_to(target_offset)
@@ -585,6 +588,7 @@ class Log:
         with self._lock:
             self._check_open()
             old_leo = self._next_offset
+            self.modification_count += 1
             for base in list(self._bases):
                 self._delete_segment_files(self._remove_segment(base))
             segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
@@ -601,12 +605,17 @@ class Log:
                              old_log_end_offset=old_leo, full=True)
 
     def _delete_segment_files(self, segment: LogSegment, reason: str = "truncation") -> None:
-        """Rename to `.deleted` now; remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
-        segment.close_handlers()
+        """Rename to `.deleted` now; remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles).
+
+        The file handles stay open until then, so a read already under way (a fetch being sent, a
+        cleaning pass) finishes on the renamed file, as in Kafka."""
         segment.change_file_suffixes("", DELETED_SUFFIX)
+        self._pending_deletes.append(segment)
 
         def delete() -> None:
             segment.delete_files()
+            if segment in self._pending_deletes:
+                self._pending_deletes.remove(segment)
         self.scheduler.schedule(f"delete-file-{segment.base_offset}", delete,
                                 delay_ms=self.config.file_delete_delay_ms)
         self.events.emit("delete", self.dir, segment=segment.base_offset,
@@ -644,6 +653,7 @@ class Log:
         log always keeps one (UnifiedLog.deleteSegments)."""
         if not deletable:
             return 0
+        self.modification_count += 1
         to_delete = list(deletable)
         if len(to_delete) == self.number_of_segments:
             new_segment = self.roll(reasons=[f"{reason}: every segment is deletable"])
@@ -709,13 +719,15 @@ class Log:
                 self.flush()
             for segment in self.segments:
                 segment.close()
+            for segment in self._pending_deletes:   # removed at the next load
+                segment.close_handlers()
             self.closed = True
             self.events.emit("close", self.dir)
 
     def close_without_flush(self) -> None:
         """Drop file handles without flushing or trimming: what a crash leaves (for tests)."""
         with self._lock:
-            for segment in self.segments:
+            for segment in self.segments + self._pending_deletes:
                 segment.close_handlers()
             self.closed = True
 

@@ -4,6 +4,14 @@ Mirrors Kafka's `LogManager`: on startup it reads `recovery-point-offset-checkpo
 `log-start-offset-checkpoint`, notices `.kafka_cleanshutdown` (and then skips recovery), and
 opens every `<topic>-<partition>` directory. It writes the checkpoints atomically and, on a clean
 shutdown, flushes every log and writes the clean-shutdown marker.
+
+It also runs the two housekeeping jobs, on demand (`run_retention()`, `run_cleaner()`) or on its
+scheduler (`start_retention()`, `start_cleaner()`; call `scheduler.run_due()` after advancing a
+`ManualClock`, or `scheduler.start()` for a real-time background thread):
+* retention (`kafka-log-retention`, every `log.retention.check.interval.ms`): delete old segments of
+  logs whose policy is not compact (all logs when the cleaner is off);
+* the cleaner (every `log.cleaner.backoff.ms`): compact the dirtiest compacted log, then apply
+  retention to compacted logs.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import threading
 from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
-from .config import LogConfig
+from .config import BrokerConfig, LogConfig
 from .events import EventBus
 from .log import Log, parse_topic_partition
 from .scheduler import Scheduler
@@ -25,14 +33,19 @@ from .topic import partition_dir_name, validate_topic_name
 class LogManager:
     def __init__(self, log_dir: str, config: LogConfig | dict | None = None,
                  clock: Clock | None = None, *, topic_configs: dict[str, dict] | None = None,
-                 events: EventBus | None = None, scheduler: Scheduler | None = None):
+                 events: EventBus | None = None, scheduler: Scheduler | None = None,
+                 broker_config: BrokerConfig | dict | None = None):
         self.log_dir = os.path.abspath(log_dir)
         self.default_config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         self.topic_configs = dict(topic_configs or {})
         self.clock = clock or SYSTEM
         self.events = events or EventBus()
         self.scheduler = scheduler or Scheduler(self.clock)
+        self.broker_config = (broker_config if isinstance(broker_config, BrokerConfig)
+                              else BrokerConfig(broker_config or {}))
         self._logs: dict[tuple[str, int], Log] = {}
+        self._tasks: dict[str, object] = {}
+        self._cleaner = None
         self._lock = threading.RLock()
         self.had_clean_shutdown = False
         self.broker_epoch = -1
@@ -113,6 +126,73 @@ class LogManager:
         self._start_file.write({tp: log.log_start_offset for tp, log in self._logs.items()
                                 if log.log_start_offset > log.segments[0].base_offset})
 
+    # ---- retention
+    def run_retention(self) -> int:
+        """One retention pass (LogManager.cleanupLogs); returns the number of segments deleted."""
+        with self._lock:
+            cleaner_on = self.broker_config["log.cleaner.enable"]
+            deleted = 0
+            for log in list(self._logs.values()):
+                if not log.closed and (not cleaner_on or not log.config.compact):
+                    deleted += log.delete_old_segments()
+            if deleted:
+                self.checkpoint_log_start_offsets()
+            self.events.emit("retention", self.log_dir, deleted_segments=deleted)
+            return deleted
+
+    def start_retention(self) -> None:
+        """Schedule the retention task every log.retention.check.interval.ms."""
+        self._start_task("kafka-log-retention", self.run_retention,
+                         self.broker_config["log.retention.check.interval.ms"])
+
+    # ---- compaction
+    @property
+    def cleaner(self):
+        if self._cleaner is None:
+            from .cleaner import LogCleaner   # compaction is only loaded when used
+            b = self.broker_config
+            self._cleaner = LogCleaner(self.log_dir, self.clock,
+                                       dedupe_buffer_size=b["log.cleaner.dedupe.buffer.size"],
+                                       threads=max(1, b["log.cleaner.threads"]),
+                                       load_factor=b["log.cleaner.io.buffer.load.factor"])
+        return self._cleaner
+
+    def run_cleaner(self, max_rounds: int = 100) -> list:
+        """Clean the dirtiest compacted logs until none qualifies; return the cleaning results."""
+        results = []
+        with self._lock:
+            for _ in range(max_rounds):
+                result = self.cleaner.clean_filthiest(self._logs.values())
+                if result is None:
+                    break
+                results.append(result)
+            for log in self._logs.values():   # retention for compact,delete logs
+                if log.config.compact and not log.closed:
+                    log.delete_old_segments()
+            self.checkpoint_log_start_offsets()
+        return results
+
+    def start_cleaner(self) -> None:
+        """Schedule the cleaner every log.cleaner.backoff.ms (if log.cleaner.enable)."""
+        if self.broker_config["log.cleaner.enable"]:
+            self._start_task("kafka-log-cleaner", self.run_cleaner,
+                             self.broker_config["log.cleaner.backoff.ms"])
+
+    def _start_task(self, name: str, fn, period_ms: int) -> None:
+        if name in self._tasks:
+            return
+        self._tasks[name] = self.scheduler.schedule(
+            name, fn, delay_ms=self.broker_config["log.initial.task.delay.ms"], period_ms=period_ms)
+
+    def stop_task(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            self.scheduler.cancel(task)
+
+    def stop_background_tasks(self) -> None:
+        for name in list(self._tasks):
+            self.stop_task(name)
+
     def flush_all(self) -> None:
         for log in self._logs.values():
             log.flush()
@@ -121,6 +201,7 @@ class LogManager:
     def shutdown(self) -> None:
         """Clean shutdown: flush and close every log, write the checkpoints and the marker."""
         with self._lock:
+            self.stop_background_tasks()
             self.scheduler.shutdown()
             for log in self._logs.values():
                 log.close(flush=True)

@@ -331,9 +331,14 @@ class LogSegment:
                 if batch.max_timestamp > self.max_timestamp_so_far:
                     self._max_ts_so_far = TimestampOffset(batch.max_timestamp, batch.last_offset)
                 if valid_bytes - last_index_entry > self.index_interval_bytes:
-                    self.offset_index.append(batch.last_offset, valid_bytes)
-                    self.time_index.maybe_append(self.max_timestamp_so_far,
-                                                 self.offset_of_max_timestamp_so_far)
+                    # A segment appended to across restarts (bytes_since_last_index_entry starts
+                    # at 0 on open) can need more entries than its index holds: a sparse index
+                    # may skip some, but recovery must not fail.
+                    if not self.offset_index.is_full():
+                        self.offset_index.append(batch.last_offset, valid_bytes)
+                    if not self.time_index.is_full():
+                        self.time_index.maybe_append(self.max_timestamp_so_far,
+                                                     self.offset_of_max_timestamp_so_far)
                     last_index_entry = valid_bytes
                 valid_bytes += batch.size_in_bytes
                 if epoch_cache is not None and batch.partition_leader_epoch >= 0:

@@ -1,0 +1,443 @@
+"""Log compaction: keep the latest record for every key, drop older ones and expired tombstones.
+
+Mirrors Kafka's `LogCleaner` (the `Cleaner` that rewrites segments), `LogCleanerManager` (which log
+to clean, the `cleaner-offset-checkpoint`) and `MemoryRecords.filterTo` (how a batch is rewritten).
+
+A compacted log has three parts: the *clean* section below the first dirty offset (already
+compacted), the *dirty* section up to the first uncleanable offset, and the active segment (never
+cleaned). One cleaning round:
+1. builds an offset map (key → latest offset) over the dirty section, stopping early when the map
+   is full (the round then cleans only as far as the map reaches);
+2. groups the segments below that point by size and rewrites each group into one `.cleaned`
+   segment, keeping a record iff it is the latest for its key (and a tombstone only until its
+   delete horizon), with its original offset: offsets are never renumbered, so gaps appear;
+3. swaps the new segment in crash-safely (`.cleaned` → `.swap` → live) and checkpoints the new
+   first dirty offset.
+
+kstore differs from Kafka: no transactions (aborted data is not recognised; markers are kept like
+records of a producer), producers never expire, and cleaning runs in the caller's thread (or on the
+log manager's scheduler) rather than in dedicated cleaner threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .clock import Clock
+from .errors import KStoreError
+from .index import INT32_MAX
+from .log import Log
+from .offset_map import SkimpyOffsetMap
+from .records import NO_PRODUCER_ID, Record, RecordBatch, build_batch, build_empty_batch
+from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
+
+READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
+
+
+class CleaningAbortedError(KStoreError):
+    """The log changed (truncation, deletion) while it was being cleaned (LogCleaningAbortedException)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure rules
+# ------------------------------------------------------------------------------------------------
+
+def should_retain_record(record: Record, batch_delete_horizon: int | None, latest_offset_for_key: int,
+                         map_latest_offset: int, now: int) -> bool:
+    """Keep a (non-control) record? (Cleaner.shouldRetainRecord)
+
+    * beyond what the map covers → keep;
+    * no key → drop (invalid in a compacted log);
+    * otherwise keep iff no newer record has the key, and it has a value or is a tombstone whose
+      batch has no delete horizon yet or whose horizon has not passed.
+    """
+    if record.offset > map_latest_offset:
+        return True
+    if record.key is None:
+        return False
+    if record.offset < latest_offset_for_key:
+        return False
+    if record.value is not None:
+        return True
+    return batch_delete_horizon is None or now < batch_delete_horizon
+
+
+def group_segments_by_size(segments: Sequence, max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list]:
+    """Greedy groups of consecutive segments that fit in one segment (Cleaner.groupSegmentsBySize).
+
+    A group grows while its `.log` bytes stay ≤ segment.bytes, each index's bytes ≤
+    segment.index.bytes, and every offset in it stays within 2^31 − 1 of the group's base.
+    Segments need `size`, `base_offset`, and `offset_index`/`time_index` with `size_in_bytes`.
+    """
+    groups, segs = [], list(segments)
+    while segs:
+        group = [segs.pop(0)]
+        log_size = group[0].size
+        index_size = group[0].offset_index.size_in_bytes
+        time_index_size = group[0].time_index.size_in_bytes
+        while segs:
+            nxt = segs[0]
+            last_offset = (segs[1].base_offset - 1) if len(segs) > 1 else first_uncleanable_offset - 1
+            if not (log_size + nxt.size <= max_size
+                    and index_size + nxt.offset_index.size_in_bytes <= max_index_size
+                    and time_index_size + nxt.time_index.size_in_bytes <= max_index_size
+                    and (nxt.size == 0 or last_offset - group[0].base_offset <= INT32_MAX)):
+                break
+            group.append(segs.pop(0))
+            log_size += nxt.size
+            index_size += nxt.offset_index.size_in_bytes
+            time_index_size += nxt.time_index.size_in_bytes
+        groups.append(group)
+    return groups
+
+
+@dataclass
+class LogToClean:
+    """A compacted log with its clean/dirty split, as the cleaner manager sizes it up."""
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    needs_compaction_now: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def cleanable_offsets(log: Log, checkpointed_dirty_offset: int | None, now: int) -> tuple[int, int]:
+    """(first dirty offset, first uncleanable offset) for a compacted log (LogCleanerManager).
+
+    The active segment, anything at or above the high watermark, and (with min.compaction.lag.ms)
+    segments holding records younger than the lag are never cleanable.
+    """
+    first_dirty = checkpointed_dirty_offset
+    if first_dirty is None or first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
+        first_dirty = log.log_start_offset
+    candidates = [log.high_watermark, log.active_segment.base_offset]
+    lag = log.config.min_compaction_lag_ms
+    if lag > 0:
+        for segment in log.segments[:-1]:
+            if segment.base_offset >= first_dirty and segment.largest_timestamp > now - lag:
+                candidates.append(segment.base_offset)
+                break
+    return first_dirty, max(first_dirty, min(candidates))
+
+
+def size_up(log: Log, first_dirty: int, first_uncleanable: int, now: int) -> LogToClean:
+    """Clean bytes, cleanable bytes and whether max.compaction.lag.ms forces a cleaning."""
+    segments = log.segments
+    clean = sum(s.size for s in segments if _segment_end(log, s) <= first_dirty)
+    uncleanable_base = max((s.base_offset for s in segments if s.base_offset <= first_uncleanable),
+                           default=first_uncleanable)
+    cleanable = sum(s.size for s in segments
+                    if _segment_end(log, s) > first_dirty and s.base_offset < uncleanable_base)
+    need_now = False
+    max_lag = log.config.max_compaction_lag_ms
+    if max_lag < (1 << 63) - 1:
+        for s in segments[:-1]:
+            if _segment_end(log, s) > first_dirty:
+                first_ts = next((b.max_timestamp for b in s.log.batch_headers()), -1)
+                if 0 < first_ts < now - max_lag:
+                    need_now = True
+                    break
+    return LogToClean(log, first_dirty, first_uncleanable, clean, cleanable, need_now)
+
+
+def _segment_end(log: Log, segment: LogSegment) -> int:
+    following = log.higher_segment(segment.base_offset)
+    return following.base_offset if following is not None else log.log_end_offset
+
+
+# ------------------------------------------------------------------------------------------------
+# The cleaner
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    invalid_records: int = 0
+    map_records_read: int = 0
+    map_entries: int = 0
+    tombstones_marked: int = 0
+    tombstones_dropped: int = 0
+    batches_kept_empty: int = 0
+    segments_cleaned: list[int] = field(default_factory=list)
+
+    @property
+    def space_saved(self) -> int:
+        return self.bytes_read - self.bytes_written
+
+
+class Cleaner:
+    """Rewrites one log's segments (Kafka's Cleaner)."""
+
+    def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
+        self.offset_map = offset_map
+        self.clock = clock
+
+    # ---- step 1: the offset map
+    def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats) -> None:
+        m = self.offset_map
+        m.clear()
+        dirty = [s for s in log.segments if _segment_end(log, s) > start and s.base_offset < end]
+        for i, segment in enumerate(dirty):
+            next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+            if self._map_segment(segment, start, next_start, stats):
+                return   # the map is full: this round cleans only up to map.latest_offset
+        stats.map_entries = m.size
+
+    def _map_segment(self, segment: LogSegment, start: int, next_segment_start: int,
+                     stats: CleanerStats) -> bool:
+        m = self.offset_map
+        position = segment.offset_index.lookup(start).position
+        for batch in segment.log.batches(position):
+            if not batch.is_control:
+                for record in batch.records():
+                    if record.key is not None and record.offset >= start:
+                        if m.size < m.max_desired_size:
+                            m.put(record.key, record.offset)
+                        else:
+                            stats.map_entries = m.size
+                            return True
+                    stats.map_records_read += 1
+            if batch.last_offset >= start:
+                m.update_latest_offset(batch.last_offset)
+        m.update_latest_offset(next_segment_start - 1)   # cover offset gaps
+        return False
+
+    # ---- steps 2 and 3
+    def clean(self, to_clean: LogToClean, now: int | None = None) -> tuple[int, CleanerStats]:
+        """One cleaning round; returns (new first dirty offset, stats) (Cleaner.doClean)."""
+        log = to_clean.log
+        now = self.clock.milliseconds() if now is None else now
+        stats = CleanerStats()
+        start_count = log.modification_count
+        upper_bound = to_clean.first_uncleanable_offset
+        self.build_offset_map(log, to_clean.first_dirty_offset, upper_bound, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        segments = [s for s in log.segments if s.base_offset < end_offset]
+        groups = group_segments_by_size(segments, log.config.segment_bytes,
+                                        log.config.segment_index_bytes, upper_bound)
+        last_records = log.producer_state.active_producers()
+        for group in groups:
+            self._clean_segments(log, group, now, stats, last_records, upper_bound, start_count)
+        log.events.emit("clean", log.dir, first_dirty_offset=to_clean.first_dirty_offset,
+                        end_offset=end_offset, groups=[[s.base_offset for s in g] for g in groups],
+                        bytes_read=stats.bytes_read, bytes_written=stats.bytes_written,
+                        records_read=stats.records_read, records_written=stats.records_written)
+        return end_offset, stats
+
+    def _clean_segments(self, log: Log, group: list[LogSegment], now: int, stats: CleanerStats,
+                        last_records: dict, upper_bound: int, start_count: int) -> None:
+        for path in segment_paths(log.dir, group[0].base_offset, CLEANED_SUFFIX).values():
+            if os.path.exists(path):
+                os.remove(path)   # leftovers of an earlier, aborted cleaning
+        cleaned = LogSegment.open(log.dir, group[0].base_offset, log.config, log.clock,
+                                  file_suffix=CLEANED_SUFFIX)
+        try:
+            for segment in group:
+                self._clean_into(log, segment, cleaned, now, stats, last_records, upper_bound)
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            mtime = os.path.getmtime(group[-1].log.path)
+            for path in (cleaned.log.path, cleaned.offset_index.path, cleaned.time_index.path):
+                os.utime(path, (mtime, mtime))   # time retention still sees the data's age
+            with log._lock:
+                if log.modification_count != start_count or log.closed:
+                    raise CleaningAbortedError(f"{log.name} changed while it was being cleaned")
+                log.replace_segments([cleaned], group)
+            stats.segments_cleaned.extend(s.base_offset for s in group)
+        except BaseException:
+            cleaned.delete_files()
+            raise
+
+    def _clean_into(self, log: Log, source: LogSegment, dest: LogSegment, now: int,
+                    stats: CleanerStats, last_records: dict, upper_bound: int) -> None:
+        """Filter one segment's batches into `dest` (Cleaner.cleanInto + MemoryRecords.filterTo)."""
+        chunk: list[bytes] = []
+        chunk_info = [-1, -1, -1]   # max offset, max timestamp, shallow offset of max timestamp
+        chunk_size = 0
+
+        def flush_chunk() -> None:
+            nonlocal chunk, chunk_size
+            if chunk:
+                data = b"".join(chunk)
+                dest.append(chunk_info[0], chunk_info[1], chunk_info[2], data)
+                stats.bytes_written += len(data)
+                chunk, chunk_size = [], 0
+                chunk_info[:] = [-1, -1, -1]
+
+        for batch in source.log.batches():
+            stats.bytes_read += batch.size_in_bytes
+            out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
+            if out is None:
+                continue
+            kept = RecordBatch(out)
+            if chunk_size + len(out) > READ_CHUNK_BYTES:
+                flush_chunk()
+            chunk.append(out)
+            chunk_size += len(out)
+            chunk_info[0] = max(chunk_info[0], kept.last_offset)
+            if kept.max_timestamp > chunk_info[1]:
+                chunk_info[1], chunk_info[2] = kept.max_timestamp, kept.last_offset
+        flush_chunk()
+
+    def _filter_batch(self, log: Log, batch: RecordBatch, now: int, stats: CleanerStats,
+                      last_records: dict, upper_bound: int) -> bytes | None:
+        """The bytes to keep for one batch, or None to drop it."""
+        records = batch.records()
+        stats.records_read += len(records)
+        horizon = batch.delete_horizon_ms
+        m = self.offset_map
+        if batch.is_control:
+            # A marker goes once its producer has moved on and its horizon has passed.
+            discard = horizon is not None and horizon <= now
+            retained = [] if discard else records
+        else:
+            retained = []
+            for r in records:
+                if r.key is None and r.offset <= m.latest_offset:
+                    stats.invalid_records += 1
+                if should_retain_record(r, horizon, m.get(r.key) if r.key is not None else -1,
+                                        m.latest_offset, now):
+                    retained.append(r)
+                elif r.value is None and r.key is not None and horizon is not None:
+                    stats.tombstones_dropped += 1
+        producer = last_records.get(batch.producer_id) if batch.producer_id != NO_PRODUCER_ID else None
+        is_last_of_producer = producer is not None and (
+            batch.last_offset == producer.last_data_offset if producer.last_data_offset is not None
+            else batch.is_control and batch.producer_epoch == producer.producer_epoch)
+        retain_empty = is_last_of_producer or batch.next_offset == upper_bound
+        if retained:
+            has_tombstones = any(r.value is None for r in retained)
+            set_horizon = has_tombstones and horizon is None and not batch.is_control
+            stats.records_written += len(retained)
+            if len(retained) == len(records) and not set_horizon:
+                return batch.to_bytes()   # nothing to change: copied verbatim
+            if set_horizon:
+                horizon = now + log.config.delete_retention_ms
+                stats.tombstones_marked += sum(1 for r in retained if r.value is None)
+            return build_batch(
+                retained, base_offset=batch.base_offset, offsets=[r.offset for r in retained],
+                compression=batch.compression, timestamp_type=batch.timestamp_type,
+                partition_leader_epoch=batch.partition_leader_epoch,
+                producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence, transactional=batch.is_transactional,
+                control=batch.is_control, delete_horizon_ms=horizon,
+                last_offset_delta=batch.last_offset_delta,
+                max_timestamp=batch.max_timestamp if batch.timestamp_type.value else None)
+        if retain_empty:
+            stats.batches_kept_empty += 1
+            return build_empty_batch(
+                base_offset=batch.base_offset, last_offset=batch.last_offset,
+                max_timestamp=batch.max_timestamp, partition_leader_epoch=batch.partition_leader_epoch,
+                producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence, timestamp_type=batch.timestamp_type,
+                transactional=batch.is_transactional, control=batch.is_control)
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Choosing a log and keeping the checkpoint
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class CleaningResult:
+    log: Log
+    first_dirty_offset: int
+    end_offset: int
+    cleanable_ratio: float
+    stats: CleanerStats
+
+
+class LogCleaner:
+    """Picks the dirtiest compacted log and cleans it (LogCleaner + LogCleanerManager).
+
+    `log.cleaner.dedupe.buffer.size` / `log.cleaner.threads` bytes of offset map, load factor
+    `log.cleaner.io.buffer.load.factor`. The first dirty offset of each log is kept in
+    `<log dir>/cleaner-offset-checkpoint`.
+    """
+
+    def __init__(self, log_dir: str, clock: Clock, *, dedupe_buffer_size: int = 134217728,
+                 threads: int = 1, load_factor: float = 0.9):
+        self.log_dir = log_dir
+        self.clock = clock
+        self.offset_map = SkimpyOffsetMap(dedupe_buffer_size // threads, load_factor)
+        self.cleaner = Cleaner(self.offset_map, clock)
+        self.checkpoint = OffsetCheckpointFile(os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT))
+        self._lock = threading.Lock()
+        self.in_progress: set[tuple[str, int]] = set()
+
+    def checkpointed_offsets(self) -> dict[tuple[str, int], int]:
+        return self.checkpoint.read()
+
+    def logs_to_clean(self, logs: Iterable[Log], now: int | None = None) -> list[LogToClean]:
+        """Every compacted log with its dirty ratio, dirtiest first."""
+        now = self.clock.milliseconds() if now is None else now
+        checkpoints = self.checkpoint.read()
+        out = []
+        for log in logs:
+            if not log.config.compact or log.closed or (log.topic, log.partition) in self.in_progress:
+                continue
+            first_dirty, uncleanable = cleanable_offsets(
+                log, checkpoints.get((log.topic, log.partition)), now)
+            to_clean = size_up(log, first_dirty, uncleanable, now)
+            if to_clean.total_bytes > 0:
+                out.append(to_clean)
+        return sorted(out, key=lambda t: t.cleanable_ratio, reverse=True)
+
+    def grab_filthiest_compacted_log(self, logs: Iterable[Log], now: int | None = None) -> LogToClean | None:
+        """The log with the highest dirty ratio above min.cleanable.dirty.ratio (strictly), or one
+        that max.compaction.lag.ms says must be cleaned now."""
+        for candidate in self.logs_to_clean(logs, now):
+            ratio_ok = candidate.cleanable_ratio > candidate.log.config.min_cleanable_dirty_ratio
+            if (candidate.needs_compaction_now and candidate.cleanable_bytes > 0) or ratio_ok:
+                return candidate
+        return None
+
+    def clean_filthiest(self, logs: Iterable[Log], now: int | None = None) -> CleaningResult | None:
+        """One cleaning round on the dirtiest log (if any qualifies), then the checkpoint."""
+        now = self.clock.milliseconds() if now is None else now
+        with self._lock:
+            to_clean = self.grab_filthiest_compacted_log(list(logs), now)
+            if to_clean is None:
+                return None
+            return self._clean(to_clean, now)
+
+    def clean_log(self, log: Log, now: int | None = None) -> CleaningResult:
+        """Clean this log now whatever its dirty ratio (what a test or a notebook asks for)."""
+        now = self.clock.milliseconds() if now is None else now
+        with self._lock:
+            first_dirty, uncleanable = cleanable_offsets(
+                log, self.checkpoint.read().get((log.topic, log.partition)), now)
+            return self._clean(size_up(log, first_dirty, uncleanable, now), now)
+
+    def _clean(self, to_clean: LogToClean, now: int) -> CleaningResult:
+        log = to_clean.log
+        tp = (log.topic, log.partition)
+        self.in_progress.add(tp)
+        try:
+            end_offset, stats = self.cleaner.clean(to_clean, now)
+            offsets = self.checkpoint.read()
+            offsets[tp] = end_offset
+            self.checkpoint.write(offsets)
+        finally:
+            self.in_progress.discard(tp)
+        if log.config.delete:          # compact,delete: retention runs after each cleaning
+            log.delete_old_segments()
+        return CleaningResult(log, to_clean.first_dirty_offset, end_offset,
+                              to_clean.cleanable_ratio, stats)

@@ -135,8 +135,7 @@ class LogManager:
             for log in list(self._logs.values()):
                 if not log.closed and (not cleaner_on or not log.config.compact):
                     deleted += log.delete_old_segments()
-            if deleted:
-                self.checkpoint_log_start_offsets()
+            self.checkpoint_log_start_offsets()   # start offsets move without deletions too
             self.events.emit("retention", self.log_dir, deleted_segments=deleted)
             return deleted
 

@@ -61,10 +61,10 @@ class Scheduler:
                 task = heapq.heappop(self._queue)
                 if task.cancelled:
                     continue
-                if task.period_ms is not None:
-                    task_next = _Task(task.due_ms + task.period_ms, next(self._seq), task.name,
-                                      task.fn, task.period_ms)
-                    heapq.heappush(self._queue, task_next)
+                if task.period_ms is not None:   # the same object goes back, so cancel() reaches it
+                    task.due_ms += task.period_ms
+                    task.seq = next(self._seq)
+                    heapq.heappush(self._queue, task)
             try:
                 task.fn()
             except Exception as e:  # one failing task must not stop the others

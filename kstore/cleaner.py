@@ -127,8 +127,8 @@ def cleanable_offsets(log: Log, checkpointed_dirty_offset: int | None, now: int)
     candidates = [log.high_watermark, log.active_segment.base_offset]
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
-        for segment in log.segments[:-1]:
-            if segment.base_offset >= first_dirty and segment.largest_timestamp > now - lag:
+        for segment in log.segments[:-1]:   # from the segment holding first_dirty (its floor)
+            if _segment_end(log, segment) > first_dirty and segment.largest_timestamp > now - lag:
                 candidates.append(segment.base_offset)
                 break
     return first_dirty, max(first_dirty, min(candidates))
@@ -151,7 +151,9 @@ def size_up(log: Log, first_dirty: int, first_uncleanable: int, now: int) -> Log
                 if 0 < first_ts < now - max_lag:
                     need_now = True
                     break
-    return LogToClean(log, first_dirty, first_uncleanable, clean, cleanable, need_now)
+    # The round stops at the base of the segment holding the first uncleanable offset (Kafka's
+    # LogToClean.firstUncleanableOffset): records at or above the HW must not enter the map.
+    return LogToClean(log, first_dirty, uncleanable_base, clean, cleanable, need_now)
 
 
 def _segment_end(log: Log, segment: LogSegment) -> int:
@@ -229,6 +231,10 @@ class Cleaner:
         upper_bound = to_clean.first_uncleanable_offset
         self.build_offset_map(log, to_clean.first_dirty_offset, upper_bound, stats)
         end_offset = self.offset_map.latest_offset + 1
+        if end_offset <= to_clean.first_dirty_offset:
+            # Nothing dirty below the upper bound (a forced clean_log): Kafka never picks such a
+            # log; answering latest_offset + 1 = 0 would move the checkpoint back to the start.
+            return to_clean.first_dirty_offset, stats
         segments = [s for s in log.segments if s.base_offset < end_offset]
         groups = group_segments_by_size(segments, log.config.segment_bytes,
                                         log.config.segment_index_bytes, upper_bound)
@@ -262,7 +268,11 @@ class Cleaner:
                 log.replace_segments([cleaned], group)
             stats.segments_cleaned.extend(s.base_offset for s in group)
         except BaseException:
-            cleaned.delete_files()
+            # Only while the new files are still `.cleaned`: once the swap has renamed some of
+            # them, deleting them could lose data; recovery finishes or undoes the swap (Kafka
+            # deletes the cleaned segment only on LogCleaningAbortedException).
+            if cleaned.has_suffix(CLEANED_SUFFIX):
+                cleaned.delete_files()
             raise
 
     def _clean_into(self, log: Log, source: LogSegment, dest: LogSegment, now: int,

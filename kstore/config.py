@@ -156,6 +156,8 @@ class _Config:
             values[name] = value
         self._values = values
         self._overrides = {n: values[n] for n in given}
+        for name, value in values.items():   # plain attributes: config.segment_bytes is hot
+            self.__dict__[name.replace(".", "_")] = value
         self._check_consistency()
 
     def _check_consistency(self) -> None:

@@ -63,3 +63,58 @@ class InvalidTopicError(KStoreError, ValueError):
 
 class LogError(KStoreError):
     """An operation the log cannot do in its current state (Kafka: KafkaException)."""
+
+
+# ---- errors of the broker layer; `error_code` is Kafka's protocol error code (Errors.java) ----
+
+class UnknownTopicOrPartitionError(KStoreError):
+    """This server does not host this topic-partition."""
+    error_code = 3
+
+
+class TopicExistsError(KStoreError):
+    error_code = 36
+
+
+class InvalidPartitionsError(KStoreError, ValueError):
+    error_code = 37
+
+
+class InvalidReplicationFactorError(KStoreError, ValueError):
+    error_code = 38
+
+
+class InvalidGroupIdError(KStoreError, ValueError):
+    error_code = 24
+
+
+class OffsetMetadataTooLargeError(KStoreError, ValueError):
+    error_code = 12
+
+
+class InvalidCommitOffsetError(KStoreError, ValueError):
+    """A committed offset must be ≥ 0 (kstore refuses what Kafka would store and later ignore)."""
+    error_code = 42   # INVALID_REQUEST
+
+
+class InvalidRequiredAcksError(KStoreError, ValueError):
+    error_code = 21
+
+
+class NoOffsetForPartitionError(KStoreError):
+    """auto.offset.reset=none and no committed offset."""
+
+
+class CommitFailedError(KStoreError):
+    """A commit was refused: every problem is listed and nothing was written."""
+
+
+# Kafka's codes for the engine's errors, for the wire protocol.
+CorruptRecordError.error_code = 2           # CORRUPT_MESSAGE
+OffsetOutOfRangeError.error_code = 1
+RecordTooLargeError.error_code = 10         # MESSAGE_TOO_LARGE
+RecordBatchTooLargeError.error_code = 18    # RECORD_LIST_TOO_LARGE
+InvalidRecordError.error_code = 87
+InvalidTopicError.error_code = 17
+ConfigError.error_code = 40                 # INVALID_CONFIG
+KStoreError.error_code = -1                 # UNKNOWN_SERVER_ERROR

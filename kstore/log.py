@@ -339,18 +339,13 @@ class Log:
                     f"{batch.size_in_bytes} bytes which exceeds the maximum configured value of "
                     f"{self.config.max_message_bytes} (max.message.bytes)")
             batch.ensure_valid()
-            records = batch.records()  # structure: count, lengths, varints, headers
-            if from_client:
-                for i, r in enumerate(records):
-                    if r.offset != batch.base_offset + i:
-                        raise InvalidRecordError(
-                            f"inner record offsets of a producer batch must be consecutive: "
-                            f"record {i} has offset delta {r.offset - batch.base_offset}")
-            if self.config.compact and not batch.is_control:
-                if any(r.key is None for r in records):
-                    raise InvalidRecordError(
-                        f"compacted topic cannot accept message without key in topic partition "
-                        f"{self.name}")
+            # The leader validates the records' structure (count, lengths, varints, headers,
+            # consecutive offsets); a follower only the CRC, as Kafka's appendAsFollower does.
+            null_key = batch.validate_records()[1] if from_client else False
+            if self.config.compact and not batch.is_control and null_key:
+                raise InvalidRecordError(
+                    f"compacted topic cannot accept message without key in topic partition "
+                    f"{self.name}")
             if not from_client and previous_last is not None and batch.base_offset <= previous_last:
                 raise InvalidRecordError(
                     f"out of order offsets in append to {self.name}: batch at {batch.base_offset} "

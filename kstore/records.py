@@ -325,6 +325,71 @@ class RecordBatch:
                 f"{len(data) - pos} bytes are left over")
         return out
 
+    def validate_records(self) -> tuple[int, bool]:
+        """Walk the records section checking its structure without building Record objects
+        (the checks of `records()`); return (count, whether some record has a null key).
+
+        Offset deltas must be 0, 1, 2, ... (a producer's batch): the leader's validation path."""
+        if self.magic != CURRENT_MAGIC:
+            raise InvalidRecordError(
+                f"batch at offset {self.base_offset} has magic {self.magic}; kstore reads only "
+                f"message format v2 (magic 2)")
+        if self.records_count < 0:
+            raise InvalidRecordError(
+                f"found invalid record count {self.records_count} in magic v2 batch")
+        data = self.records_bytes()
+        end_all = len(data)
+        pos, null_key = 0, False
+        read_varint, read_varlong = varint.read_varint, varint.read_varlong
+        for i in range(self.records_count):
+            if pos >= end_all:
+                raise InvalidRecordError(
+                    f"premature EOF: batch at offset {self.base_offset} declares "
+                    f"{self.records_count} records but holds only {i}")
+            size, pos = read_varint(data, pos)
+            end = pos + size
+            if size < 0 or end > end_all:
+                raise InvalidRecordError(
+                    f"premature EOF: record claims {size} bytes but only {end_all - pos} remain")
+            pos += 1                                   # attributes
+            _, pos = read_varlong(data, pos)           # timestamp delta
+            offset_delta, pos = read_varint(data, pos)
+            if offset_delta != i:
+                raise InvalidRecordError(
+                    f"inner record offsets of a producer batch must be consecutive: record {i} "
+                    f"has offset delta {offset_delta}")
+            for what in ("key", "value"):
+                length, pos = read_varint(data, pos)
+                if length < 0:
+                    null_key |= what == "key"
+                elif pos + length > end:
+                    raise InvalidRecordError(f"invalid {what} size {length}: runs past the end "
+                                             f"of the record")
+                else:
+                    pos += length
+            n_headers, pos = read_varint(data, pos)
+            if n_headers < 0 or n_headers > end - pos:
+                raise InvalidRecordError(f"found invalid number of record headers {n_headers}")
+            for _ in range(n_headers):
+                h_len, pos = read_varint(data, pos)
+                if h_len < 0:
+                    raise InvalidRecordError("invalid negative header key size")
+                pos += h_len
+                v_len, pos = read_varint(data, pos)
+                pos += max(v_len, 0)
+                if pos > end:
+                    raise InvalidRecordError("record header runs past the end of the record")
+            if pos != end:
+                raise InvalidRecordError(
+                    f"invalid record size: expected to read {size} bytes in record payload, "
+                    f"but instead read {size - (end - pos)}")
+        if pos != end_all:
+            raise InvalidRecordError(
+                f"incorrect declared batch size, records still remaining in file: batch at "
+                f"offset {self.base_offset} declares {self.records_count} records, "
+                f"{end_all - pos} bytes are left over")
+        return self.records_count, null_key
+
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 

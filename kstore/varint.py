@@ -75,9 +75,16 @@ def read_unsigned_varint(buf, pos: int, max_bytes: int = MAX_VARINT_BYTES) -> tu
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
     """Read a zig-zag varint (int32); return (value, position after it)."""
-    b = buf[pos] if pos < len(buf) else None
-    if b is not None and b < 0x80:  # fast path: one byte
-        return (b >> 1) ^ -(b & 1), pos + 1
+    try:  # fast paths: one and two bytes cover every length below 8 KiB
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        b2 = buf[pos + 1]
+        if b2 < 0x80:
+            z = (b & 0x7F) | (b2 << 7)
+            return (z >> 1) ^ -(z & 1), pos + 2
+    except IndexError:
+        pass  # the general path below reports where the data ended
     z, end = read_unsigned_varint(buf, pos, MAX_VARINT_BYTES)
     if z > 0xFFFFFFFF:
         raise InvalidRecordError(f"varint at position {pos} does not fit in 32 bits")

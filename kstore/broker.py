@@ -1,0 +1,306 @@
+"""A broker: topics and partitions on one log directory, with the data path clients use.
+
+Mirrors the single-broker part of Kafka's `KafkaApis` + `ReplicaManager` + controller:
+* topics are created with a partition count and a replication factor (replicas are assigned to
+  brokers; with one broker the replication factor can only be 1), with per-topic configs that
+  override the broker defaults, and auto-created on first produce with `num.partitions`;
+* the partition count can grow but never shrink;
+* each partition directory gets `partition.metadata` (the topic id) before any data;
+* produce / fetch / list-offsets work per partition, returning what Kafka's responses carry
+  (base offset, high watermark, log start offset, ...); consumers read below the high watermark;
+* committed offsets go through the group coordinator to `__consumer_offsets`.
+Cluster metadata is kept in the ZooKeeper-era layout (`metadata.MetadataStore`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+from .clock import SYSTEM, Clock
+from .config import BrokerConfig, LogConfig
+from .errors import (InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
+                     TopicExistsError, UnknownTopicOrPartitionError)
+from .events import EventBus
+from .log import Isolation, Log, LogAppendInfo
+from .log_manager import LogManager
+from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
+from .segment import FetchDataInfo, TimestampAndOffset
+from .topic import validate_topic_name
+
+PARTITION_METADATA = "partition.metadata"
+INTERNAL_TOPICS = ("__consumer_offsets",)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: list[PartitionInfo]
+    configs: dict
+    internal: bool = False
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """One partition's share of a fetch (FetchResponse.PartitionData)."""
+    topic: str
+    partition: int
+    data: FetchDataInfo
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+def normalize_acks(acks) -> int:
+    """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise)."""
+    value = -1 if acks == "all" else acks
+    if value not in (0, 1, -1) or isinstance(value, bool):
+        raise InvalidRequiredAcksError(f"invalid required acks {acks!r}: must be 0, 1 or -1 (all)")
+    return value
+
+
+class Broker:
+    def __init__(self, log_dir: str, *, broker_id: int = 0, config: BrokerConfig | dict | None = None,
+                 topic_defaults: LogConfig | dict | None = None, clock: Clock | None = None,
+                 host: str = "127.0.0.1", port: int = 9092, events: EventBus | None = None):
+        self.broker_id = broker_id
+        self.clock = clock or SYSTEM
+        self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
+        self.events = events or EventBus()
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_dir = os.path.abspath(log_dir)
+        self.metadata = MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
+        self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port)
+        self._write_meta_properties()
+        self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
+                               broker_config=self.config,
+                               topic_configs={t: self.metadata.topic_config(t)
+                                              for t in self.metadata.topics()})
+        self.logs.load_logs()
+        self._lock = threading.RLock()
+        self._coordinator = None
+
+    # ------------------------------------------------------------------ set-up
+    def _write_meta_properties(self) -> None:
+        path = os.path.join(self.log_dir, "meta.properties")
+        if not os.path.exists(path):
+            from .checkpoint import atomic_write
+            atomic_write(path, f"#\n#written by kstore\nbroker.id={self.broker_id}\n"
+                               f"cluster.id={self.cluster_id}\nversion=0\n")
+
+    @property
+    def group_coordinator(self):
+        if self._coordinator is None:
+            from .group_coordinator import GroupCoordinator
+            self._coordinator = GroupCoordinator(self)
+        return self._coordinator
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, name: str, num_partitions: int | None = None,
+                     replication_factor: int = 1, configs: dict | None = None) -> TopicInfo:
+        """Create a topic (CreateTopics). Everything is validated before anything is written."""
+        validate_topic_name(name)
+        num_partitions = self.config["num.partitions"] if num_partitions is None else num_partitions
+        if not isinstance(num_partitions, int) or num_partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions!r}")
+        brokers = [int(b) for b in self.metadata.children("/brokers/ids")]
+        if not isinstance(replication_factor, int) or replication_factor < 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor must be at least 1, got {replication_factor!r}")
+        if replication_factor > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"replication factor: {replication_factor} larger than available brokers: "
+                f"{len(brokers)}")
+        overrides = dict(configs or {})
+        LogConfig(overrides)   # validated before anything is written
+        with self._lock:
+            if self.metadata.topic(name) is not None:
+                raise TopicExistsError(f"topic '{name}' already exists")
+            collisions = [t for t in self.metadata.topics()
+                          if t.replace(".", "_") == name.replace(".", "_")]
+            if collisions:
+                raise TopicExistsError(f"topic '{name}' collides with existing topic "
+                                       f"'{collisions[0]}' ('.' and '_' collide in metric names)")
+            topic_id = new_uuid_string()
+            assignment = {str(p): self._assign_replicas(p, replication_factor, brokers)
+                          for p in range(num_partitions)}
+            nodes = {f"/brokers/topics/{name}": {"version": 3, "topic_id": topic_id,
+                                                 "partitions": assignment,
+                                                 "adding_replicas": {}, "removing_replicas": {}},
+                     f"/config/topics/{name}": {"version": 1, "config": overrides}}
+            for p, replicas in assignment.items():
+                nodes[f"/brokers/topics/{name}/partitions/{p}/state"] = self._initial_state(replicas)
+            self.metadata.set_many(nodes)
+            self.logs.topic_configs[name] = overrides
+            for p in range(num_partitions):
+                self._create_partition(name, p, topic_id)
+            self.events.emit("topic_created", self.log_dir, topic=name, partitions=num_partitions)
+            return self.describe_topic(name)
+
+    def _assign_replicas(self, partition: int, replication_factor: int, brokers: list[int]) -> list[int]:
+        brokers = sorted(brokers)
+        start = partition % len(brokers)
+        return [brokers[(start + i) % len(brokers)] for i in range(replication_factor)]
+
+    def _initial_state(self, replicas: list[int]) -> dict:
+        return {"controller_epoch": self.metadata.controller_epoch, "leader": replicas[0],
+                "version": 1, "leader_epoch": 0, "isr": list(replicas)}
+
+    def _create_partition(self, topic: str, partition: int, topic_id: str) -> Log:
+        log = self.logs.get_or_create_log(topic, partition)
+        path = os.path.join(log.dir, PARTITION_METADATA)
+        if not os.path.exists(path):   # written before any data (PartitionMetadataFile)
+            from .checkpoint import atomic_write
+            atomic_write(path, f"version: 0\ntopic_id: {topic_id}")
+        return log
+
+    def create_partitions(self, name: str, new_total: int) -> TopicInfo:
+        """Grow a topic to `new_total` partitions (CreatePartitions); shrinking is refused."""
+        with self._lock:
+            node = self._topic_node(name)
+            current = len(node["partitions"])
+            if not isinstance(new_total, int) or new_total <= current:
+                raise InvalidPartitionsError(
+                    f"topic currently has {current} partitions, {new_total} would not be an "
+                    f"increase (the partition count can grow but never shrink)")
+            brokers = [int(b) for b in self.metadata.children("/brokers/ids")]
+            rf = len(next(iter(node["partitions"].values())))
+            updates = {}
+            for p in range(current, new_total):
+                replicas = self._assign_replicas(p, rf, brokers)
+                node["partitions"][str(p)] = replicas
+                updates[f"/brokers/topics/{name}/partitions/{p}/state"] = self._initial_state(replicas)
+            updates[f"/brokers/topics/{name}"] = node
+            self.metadata.set_many(updates)
+            for p in range(current, new_total):
+                self._create_partition(name, p, node["topic_id"])
+            return self.describe_topic(name)
+
+    def alter_topic_config(self, name: str, configs: dict) -> TopicInfo:
+        """Set per-topic overrides (IncrementalAlterConfigs SET); applies to the open logs."""
+        with self._lock:
+            self._topic_node(name)
+            merged = {**self.metadata.topic_config(name), **configs}
+            new_config = self.logs.default_config.with_overrides(merged)   # validates
+            self.metadata.set(f"/config/topics/{name}", {"version": 1, "config": merged})
+            self.logs.topic_configs[name] = merged
+            for (t, _), log in self.logs.logs().items():
+                if t == name:
+                    log.config = new_config
+            return self.describe_topic(name)
+
+    def _topic_node(self, name: str) -> dict:
+        node = self.metadata.topic(name)
+        if node is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        return node
+
+    def topics(self, include_internal: bool = False) -> list[str]:
+        return [t for t in self.metadata.topics() if include_internal or t not in INTERNAL_TOPICS]
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._topic_node(topic)["partitions"])
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        node = self._topic_node(name)
+        parts = []
+        for p in sorted(int(k) for k in node["partitions"]):
+            state = self.metadata.partition_state(name, p) or {}
+            log = self.logs.get_log(name, p)
+            parts.append(PartitionInfo(
+                name, p, state.get("leader", -1), node["partitions"][str(p)], state.get("isr", []),
+                state.get("leader_epoch", 0), log.log_start_offset if log else 0,
+                log.log_end_offset if log else 0, log.high_watermark if log else 0))
+        return TopicInfo(name, node["topic_id"], parts, self.metadata.topic_config(name),
+                         name in INTERNAL_TOPICS)
+
+    def ensure_topic(self, topic: str) -> None:
+        """Auto-create on first use when auto.create.topics.enable (with num.partitions)."""
+        if self.metadata.topic(topic) is None:
+            if not self.config["auto.create.topics.enable"] or topic in INTERNAL_TOPICS:
+                raise UnknownTopicOrPartitionError(
+                    f"topic '{topic}' does not exist and auto.create.topics.enable is false"
+                    if not self.config["auto.create.topics.enable"] else
+                    f"topic '{topic}' does not exist")
+            try:
+                self.create_topic(topic)
+            except TopicExistsError:
+                pass   # created meanwhile by another producer
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        node = self.metadata.topic(topic)
+        if node is None or str(partition) not in node["partitions"]:
+            raise UnknownTopicOrPartitionError(
+                f"this server does not host this topic-partition: {topic}-{partition}")
+        log = self.logs.get_log(topic, partition)
+        if log is None:   # metadata says it exists but its directory is gone: recreate it empty
+            log = self._create_partition(topic, partition, node["topic_id"])
+        return log
+
+    # ------------------------------------------------------------------ data path
+    def produce(self, topic: str, partition: int, records: bytes, acks=-1) -> LogAppendInfo:
+        """Append a producer's batches to a partition leader (ProduceRequest for one partition)."""
+        normalize_acks(acks)
+        log = self.get_log(topic, partition)
+        state = self.metadata.partition_state(topic, partition) or {}
+        return log.append_as_leader(records, leader_epoch=state.get("leader_epoch", 0))
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1048576,
+              isolation: str = Isolation.HIGH_WATERMARK) -> FetchResult:
+        """Read for a consumer (below the HW) or a follower (Isolation.LOG_END)."""
+        log = self.get_log(topic, partition)
+        data = log.read(offset, max_bytes, isolation)
+        return FetchResult(topic, partition, data, log.high_watermark, log.high_watermark,
+                           log.log_start_offset)
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
+        """ListOffsets for a client: −2 earliest, −1 latest (= the HW), −3 max timestamp, or a
+        timestamp (offset −1 when no record at or after it is below the HW)."""
+        log = self.get_log(topic, partition)
+        hw = log.high_watermark
+        if timestamp == -1:
+            return TimestampAndOffset(-1, hw, log.leader_epoch_cache.latest_epoch())
+        found = log.fetch_offset_by_timestamp(timestamp)
+        if found is None or (timestamp != -2 and found.offset >= hw):
+            return TimestampAndOffset(-1, -1, None)
+        return found
+
+    # ------------------------------------------------------------------ lifecycle
+    def shutdown(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.shutdown()
+        self.logs.shutdown()
+
+    close = shutdown
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"Broker(id={self.broker_id}, log_dir={self.log_dir!r}, topics={self.topics(True)})"

@@ -1,0 +1,191 @@
+"""Committed offsets: the group coordinator and the `__consumer_offsets` topic.
+
+Mirrors the offset part of Kafka's group coordinator (`GroupCoordinatorService`,
+`OffsetMetadataManager`, `CoordinatorRecordHelpers`):
+* `__consumer_offsets` is an ordinary compacted topic with `offsets.topic.num.partitions` (50)
+  partitions; a group's commits go to partition `abs(hashCode(group)) % 50`;
+* a commit appends one batch with an OffsetCommitKey/OffsetCommitValue record per partition, then
+  updates an in-memory cache that answers OffsetFetch;
+* on startup the cache is rebuilt by replaying every partition of the topic (the latest value per
+  key wins; a null value is a tombstone), so a restart loses no committed offset;
+* offsets expire after `offsets.retention.minutes`: expiry writes tombstones, and compaction then
+  keeps the topic small (one record per group/topic/partition, plus what is not yet compacted).
+kstore has no group membership protocol (JoinGroup/SyncGroup): groups are "simple" groups whose
+consumers `assign()` partitions themselves, so an offset's expiry is counted from its commit time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .coordinator_records import (GroupMetadataKey, OffsetCommitKey, OffsetCommitValue, decode_key,
+                                  decode_offset_commit_value, partition_for)
+from .errors import (CommitFailedError, InvalidCommitOffsetError, InvalidGroupIdError,
+                     KStoreError, OffsetMetadataTooLargeError, UnknownTopicOrPartitionError)
+from .records import Record, build_batch
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+    commit_timestamp: int = -1
+    expire_timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Kafka's GroupCoordinatorConfig defaults."""
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 1     # Kafka: 3 (capped by the brokers available)
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+
+
+class GroupCoordinator:
+    def __init__(self, broker, config: CoordinatorConfig | None = None):
+        self.broker = broker
+        self.config = config or CoordinatorConfig()
+        self.clock = broker.clock
+        self._lock = threading.RLock()
+        self._cache: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self._ensure_offsets_topic()
+        self.loaded_records = self._load()
+        self._expiry_task = None
+
+    # ---- the internal topic
+    def _ensure_offsets_topic(self) -> None:
+        if self.broker.metadata.topic(OFFSETS_TOPIC) is None:
+            self.broker.create_topic(
+                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, 1,
+                {"cleanup.policy": "compact", "compression.type": "producer",
+                 "segment.bytes": self.config.offsets_topic_segment_bytes})
+        self.num_partitions = self.broker.partition_count(OFFSETS_TOPIC)
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _load(self) -> int:
+        """Replay every partition of `__consumer_offsets` into the cache; return records read."""
+        count = 0
+        for p in range(self.num_partitions):
+            log = self.broker.get_log(OFFSETS_TOPIC, p)
+            for record in log.records():
+                count += 1
+                self._apply(record.key, record.value)
+        return count
+
+    def _apply(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetCommitKey):
+            group = self._cache.setdefault(key.group, {})
+            tp = (key.topic, key.partition)
+            if value_bytes is None:
+                group.pop(tp, None)
+                if not group:
+                    self._cache.pop(key.group, None)
+            else:
+                v = decode_offset_commit_value(value_bytes)
+                group[tp] = OffsetAndMetadata(v.offset, v.metadata, v.leader_epoch,
+                                              v.commit_timestamp, v.expire_timestamp)
+        elif isinstance(key, GroupMetadataKey) and value_bytes is None:
+            self._cache.pop(key.group, None)
+
+    # ---- commit / fetch
+    def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | int],
+                       expire_timestamp: int | None = None) -> dict[tuple[str, int], int]:
+        """Commit offsets for a group. Every entry is validated first; if any is invalid nothing
+        is written and CommitFailedError lists the problems. Returns the stored offsets."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError("the group id must be a non-empty string")
+        now = self.clock.milliseconds()
+        problems, records = [], []
+        stored: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for (topic, partition), om in offsets.items():
+            if isinstance(om, int):
+                om = OffsetAndMetadata(om)
+            try:
+                self.broker.get_log(topic, partition)
+                if om.offset < 0:
+                    raise InvalidCommitOffsetError(
+                        f"offset {om.offset} for {topic}-{partition} is negative")
+                if len(om.metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                    raise OffsetMetadataTooLargeError(
+                        f"metadata for {topic}-{partition} is longer than "
+                        f"offset.metadata.max.bytes ({self.config.offset_metadata_max_bytes})")
+            except KStoreError as e:
+                problems.append(f"{topic}-{partition}: {type(e).__name__}: {e}")
+                continue
+            value = OffsetCommitValue(om.offset, om.metadata, now, om.leader_epoch, expire_timestamp)
+            records.append(Record(OffsetCommitKey(group_id, topic, partition).encode(),
+                                  value.encode(), now))
+            stored[(topic, partition)] = OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch,
+                                                           now, expire_timestamp)
+        if problems:
+            raise CommitFailedError(f"commit for group '{group_id}' refused, nothing written: "
+                                    + "; ".join(problems))
+        if not records:
+            return {}
+        with self._lock:
+            self.broker.produce(OFFSETS_TOPIC, self.partition_for(group_id), build_batch(records))
+            self._cache.setdefault(group_id, {}).update(stored)
+        return {tp: om.offset for tp, om in stored.items()}
+
+    def fetch_offsets(self, group_id: str, partitions=None) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        """The committed offsets of a group (all of them, or for the given partitions)."""
+        with self._lock:
+            group = dict(self._cache.get(group_id, {}))
+        if partitions is None:
+            return group
+        return {tp: group.get(tp) for tp in partitions}
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return sorted(self._cache)
+
+    # ---- expiry
+    def expire_offsets(self, now: int | None = None) -> int:
+        """Write tombstones for offsets past offsets.retention.minutes (or their explicit expire
+        timestamp); a group left without offsets gets a GroupMetadataKey tombstone too."""
+        now = self.clock.milliseconds() if now is None else now
+        retention_ms = self.config.offsets_retention_minutes * 60_000
+        written = 0
+        with self._lock:
+            for group_id, offsets in list(self._cache.items()):
+                expired = [tp for tp, om in offsets.items()
+                           if (om.expire_timestamp is not None and now >= om.expire_timestamp)
+                           or (om.expire_timestamp is None and now - om.commit_timestamp >= retention_ms)]
+                if not expired:
+                    continue
+                tombstones = [Record(OffsetCommitKey(group_id, t, p).encode(), None, now)
+                              for t, p in expired]
+                if len(expired) == len(offsets):
+                    tombstones.append(Record(GroupMetadataKey(group_id).encode(), None, now))
+                self.broker.produce(OFFSETS_TOPIC, self.partition_for(group_id),
+                                    build_batch(tombstones))
+                for tp in expired:
+                    offsets.pop(tp)
+                if not offsets:
+                    self._cache.pop(group_id)
+                written += len(tombstones)
+        return written
+
+    def start_expiry(self) -> None:
+        """Check for expired offsets every offsets.retention.check.interval.ms on the scheduler."""
+        if self._expiry_task is None:
+            interval = self.config.offsets_retention_check_interval_ms
+            self._expiry_task = self.broker.logs.scheduler.schedule(
+                "offsets-expiration", self.expire_offsets, delay_ms=interval, period_ms=interval)
+
+    def shutdown(self) -> None:
+        if self._expiry_task is not None:
+            self.broker.logs.scheduler.cancel(self._expiry_task)
+            self._expiry_task = None
+
+

@@ -14,13 +14,14 @@ Cluster metadata is kept in the ZooKeeper-era layout (`metadata.MetadataStore`).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from dataclasses import dataclass, field
 
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
-from .errors import (InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
+from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
                      TopicExistsError, UnknownTopicOrPartitionError)
 from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
@@ -92,6 +93,7 @@ class Broker:
         self.events = events or EventBus()
         os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
+        self._lock_fd = self._lock_dir()
         self.metadata = MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port)
         self._write_meta_properties()
@@ -104,6 +106,20 @@ class Broker:
         self._coordinator = None
 
     # ------------------------------------------------------------------ set-up
+    LOCK_FILE = ".lock"
+
+    def _lock_dir(self) -> int:
+        """Kafka locks each log dir (`.lock`) so two brokers never share one; so does kstore, and
+        its offline CLI tools take the same lock. A killed process releases it."""
+        fd = os.open(os.path.join(self.log_dir, self.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogError(f"log directory {self.log_dir} is in use by another broker or tool "
+                           f"(it holds {self.LOCK_FILE}); stop it first") from None
+        return fd
+
     def _write_meta_properties(self) -> None:
         path = os.path.join(self.log_dir, "meta.properties")
         if not os.path.exists(path):
@@ -290,9 +306,14 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:
+        if self._lock_fd < 0:
+            return
         if self._coordinator is not None:
             self._coordinator.shutdown()
         self.logs.shutdown()
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        os.close(self._lock_fd)
+        self._lock_fd = -1
 
     close = shutdown
 

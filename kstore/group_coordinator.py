@@ -115,7 +115,8 @@ class GroupCoordinator:
                 if om.offset < 0:
                     raise InvalidCommitOffsetError(
                         f"offset {om.offset} for {topic}-{partition} is negative")
-                if len(om.metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                # Kafka checks metadata.length(): UTF-16 code units, not UTF-8 bytes.
+                if len(om.metadata.encode("utf-16-le")) // 2 > self.config.offset_metadata_max_bytes:
                     raise OffsetMetadataTooLargeError(
                         f"metadata for {topic}-{partition} is longer than "
                         f"offset.metadata.max.bytes ({self.config.offset_metadata_max_bytes})")

@@ -105,14 +105,16 @@ class Producer:
         if batch is not None and batch.estimated_bytes + size > self.batch_size and batch.records:
             self._send_batch(batch)   # full: it goes now, the record starts a new batch
             batch = None
+        appended = size
         if batch is None:
             batch = self._open[(topic, p)] = _OpenBatch(topic, p, now)
+            appended += batch.estimated_bytes   # a new batch counts its header (Kafka's appendedBytes)
         future = FutureRecordMetadata(topic, p)
         batch.records.append(record)
         batch.futures.append(future)
         batch.estimated_bytes += size
         if key_b is None:
-            self.partitioner.record_appended(topic, p, size, n)
+            self.partitioner.record_appended(topic, p, appended, n)
         if batch.estimated_bytes >= self.batch_size:
             self._send_batch(batch)
         self.poll()

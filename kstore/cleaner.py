@@ -188,6 +188,9 @@ class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
+        if offset_map.slots * offset_map.load_factor <= 1:   # Kafka's require() in Cleaner
+            raise ValueError(f"offset map is too small to fit in even a single message "
+                             f"({offset_map.slots} slots × load factor {offset_map.load_factor})")
         self.offset_map = offset_map
         self.clock = clock
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import __version__
+from .errors import KStoreError
 
 
 def _dump_log(args: argparse.Namespace) -> int:
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--index-sanity-check", action="store_true",
                       help="only run the index sanity check Kafka runs at startup")
     dump.set_defaults(func=_dump_log)
+    from .tools import add_parsers
+    add_parsers(sub)
     return parser
 
 
@@ -50,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except KStoreError as e:   # a clear one-line error, not a traceback
+        print(f"kstore {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. `kstore dump-log ... | head`
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,0 +1,255 @@
+"""The command-line tools, modelled on Kafka's: kafka-topics, kafka-console-producer,
+kafka-console-consumer, kafka-get-offsets and kafka-consumer-groups.
+
+They work offline on a log directory (`--log-dir DIR`): each opens the directory as a broker
+would (taking its `.lock`, so they refuse a directory a running broker holds) and shuts down
+cleanly. Output formats follow Kafka's tools so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from .broker import Broker
+from .consumer import Consumer
+from .errors import KStoreError
+from .producer import Producer
+
+
+def _properties(items: list[str] | None) -> dict[str, str]:
+    props = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise KStoreError(f"--property takes name=value, got {item!r}")
+        props[name.strip()] = value
+    return props
+
+
+def _decode_separator(s: str) -> str:
+    return s.encode("utf-8").decode("unicode_escape")   # "\t" on the command line means a tab
+
+
+def _open(args) -> Broker:
+    return Broker(args.log_dir)
+
+
+# ------------------------------------------------------------------------------ kstore topics
+def topics(args, out: TextIO) -> int:
+    actions = [a for a in ("create", "list", "describe", "alter") if getattr(args, a)]
+    if len(actions) != 1:
+        raise KStoreError("give exactly one of --create, --list, --describe, --alter")
+    with _open(args) as broker:
+        if args.list:
+            for name in sorted(broker.topics(include_internal=True)):
+                out.write(name + "\n")
+        elif args.create:
+            if not args.topic:
+                raise KStoreError("--create needs --topic")
+            configs = _properties(args.config)
+            broker.create_topic(args.topic, args.partitions, args.replication_factor or 1, configs)
+            out.write(f"Created topic {args.topic}.\n")
+        elif args.alter:
+            if not args.topic or args.partitions is None:
+                raise KStoreError("--alter needs --topic and --partitions")
+            broker.create_partitions(args.topic, args.partitions)
+        elif args.describe:
+            names = [args.topic] if args.topic else sorted(broker.topics())
+            for name in names:
+                info = broker.describe_topic(name)
+                configs = ",".join(f"{k}={v}" for k, v in sorted(info.configs.items()))
+                out.write(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: "
+                          f"{info.partition_count}\tReplicationFactor: {info.replication_factor}\t"
+                          f"Configs: {configs}\n")
+                for p in info.partitions:
+                    out.write(f"\tTopic: {info.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                              f"Replicas: {','.join(map(str, p.replicas))}\t"
+                              f"Isr: {','.join(map(str, p.isr))}\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------ kstore produce
+def produce(args, inp: TextIO, out: TextIO) -> int:
+    props = _properties(args.property)
+    parse_key = props.get("parse.key", "false").lower() == "true"
+    separator = _decode_separator(props.get("key.separator", "\t"))
+    with _open(args) as broker:
+        producer = Producer(broker, acks=args.acks, batch_size=args.batch_size,
+                            linger_ms=args.linger_ms, compression_type=args.compression_codec)
+        sent = 0
+        for line_no, line in enumerate(inp, start=1):
+            line = line.rstrip("\n")
+            key = None
+            if parse_key:
+                key, sep, value = line.partition(separator)
+                if not sep:
+                    raise KStoreError(f"no key separator {separator!r} found on line {line_no}: "
+                                      f"{line!r}")
+            else:
+                value = line
+            producer.send(args.topic, value, key=key, partition=args.partition)
+            sent += 1
+        producer.close()
+        if args.verbose:
+            out.write(f"sent {sent} record(s) in {producer.batches_sent} batch(es)\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------ kstore consume
+def consume(args, out: TextIO) -> int:
+    props = _properties(args.property)
+    flag = lambda name: props.get(name, "false").lower() == "true"   # noqa: E731
+    separator = _decode_separator(props.get("key.separator", "\t"))
+    line_separator = _decode_separator(props.get("line.separator", "\n"))
+    if args.offset is not None and args.partition is None:
+        raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
+    with _open(args) as broker:
+        n = broker.partition_count(args.topic)
+        partitions = [args.partition] if args.partition is not None else list(range(n))
+        consumer = Consumer(broker, group_id=args.group,
+                            auto_offset_reset="earliest" if args.from_beginning else "latest",
+                            enable_auto_commit=args.group is not None)
+        tps = [(args.topic, p) for p in partitions]
+        consumer.assign(tps)
+        if args.offset is not None:
+            offset = args.offset
+            if offset in ("earliest", "latest"):
+                (consumer.seek_to_beginning if offset == "earliest" else consumer.seek_to_end)(tps)
+            else:
+                consumer.seek(tps[0], int(offset))
+        elif args.timestamp is not None:
+            for tp in tps:
+                consumer.seek_to_timestamp(tp, args.timestamp)
+        elif args.from_beginning and args.group is None:
+            consumer.seek_to_beginning(tps)
+        printed = 0
+        while args.max_messages is None or printed < args.max_messages:
+            limit = None if args.max_messages is None else args.max_messages - printed
+            batch = consumer.poll(max_records=limit)
+            if not batch:
+                break   # offline: the end of the log ends the run
+            for r in batch:
+                parts = []
+                if flag("print.timestamp"):
+                    parts.append(f"{r.timestamp_type}:{r.timestamp}")
+                if flag("print.partition"):
+                    parts.append(f"Partition:{r.partition}")
+                if flag("print.offset"):
+                    parts.append(f"Offset:{r.offset}")
+                if flag("print.key"):
+                    parts.append("null" if r.key is None else r.key.decode("utf-8", "replace"))
+                parts.append("null" if r.value is None else r.value.decode("utf-8", "replace"))
+                out.write(separator.join(parts) + line_separator)
+                printed += 1
+        consumer.close(autocommit=args.group is not None)
+        sys.stderr.write(f"Processed a total of {printed} messages\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------ get-offsets
+def get_offsets(args, out: TextIO) -> int:
+    spec = {"earliest": -2, "latest": -1, "max-timestamp": -3}
+    time = spec.get(str(args.time), None)
+    if time is None:
+        try:
+            time = int(args.time)
+        except ValueError:
+            raise KStoreError(f"--time takes earliest, latest, max-timestamp or a timestamp in ms, "
+                              f"not {args.time!r}") from None
+    with _open(args) as broker:
+        names = [args.topic] if args.topic else sorted(broker.topics())
+        for name in names:
+            n = broker.partition_count(name)
+            parts = [args.partitions] if args.partitions is not None else range(n)
+            for p in parts:
+                found = broker.list_offsets(name, p, time)
+                out.write(f"{name}:{p}:{'' if found.offset < 0 else found.offset}\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------ consumer-groups
+def consumer_groups(args, out: TextIO) -> int:
+    with _open(args) as broker:
+        coordinator = broker.group_coordinator
+        if args.list:
+            for g in coordinator.groups():
+                out.write(g + "\n")
+            return 0
+        if not args.describe or not args.group:
+            raise KStoreError("give --list, or --describe --group GROUP")
+        offsets = coordinator.fetch_offsets(args.group)
+        if not offsets:
+            out.write(f"Consumer group '{args.group}' has no committed offsets.\n")
+            return 0
+        header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                  "CONSUMER-ID", "HOST", "CLIENT-ID")
+        rows = []
+        for (topic, partition), om in sorted(offsets.items()):
+            log = broker.get_log(topic, partition)
+            end = log.high_watermark
+            rows.append((args.group, topic, str(partition), str(om.offset), str(end),
+                         str(max(end - om.offset, 0)), "-", "-", "-"))
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        out.write("\n" + " ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
+        for r in rows:
+            out.write(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------ argparse
+def add_parsers(sub) -> None:
+    def with_log_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--log-dir", required=True, help="the broker's log directory")
+        return p
+
+    t = with_log_dir(sub.add_parser("topics", help="create, list, describe or alter topics "
+                                    "(kafka-topics)"))
+    for flag in ("create", "list", "describe", "alter"):
+        t.add_argument(f"--{flag}", action="store_true")
+    t.add_argument("--topic")
+    t.add_argument("--partitions", type=int)
+    t.add_argument("--replication-factor", type=int)
+    t.add_argument("--config", action="append", metavar="NAME=VALUE")
+    t.set_defaults(func=lambda a: topics(a, sys.stdout))
+
+    p = with_log_dir(sub.add_parser("produce", help="one record per stdin line "
+                                    "(kafka-console-producer)"))
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--property", action="append", metavar="NAME=VALUE",
+                   help="parse.key=true, key.separator=:")
+    p.add_argument("--acks", default="all")
+    p.add_argument("--batch-size", type=int, default=16384)
+    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument("--compression-codec", default="none")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=lambda a: produce(a, sys.stdin, sys.stdout))
+
+    c = with_log_dir(sub.add_parser("consume", help="print records (kafka-console-consumer)"))
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=int)
+    c.add_argument("--from-beginning", action="store_true")
+    c.add_argument("--offset", help="an offset, earliest or latest (needs --partition)")
+    c.add_argument("--timestamp", type=int, help="start at the first record at or after this ms time")
+    c.add_argument("--group")
+    c.add_argument("--max-messages", type=int)
+    c.add_argument("--property", action="append", metavar="NAME=VALUE",
+                   help="print.key=true, print.offset=true, print.partition=true, "
+                        "print.timestamp=true, key.separator=...")
+    c.set_defaults(func=lambda a: consume(a, sys.stdout))
+
+    g = with_log_dir(sub.add_parser("get-offsets", help="offsets by time (kafka-get-offsets)"))
+    g.add_argument("--topic")
+    g.add_argument("--partitions", type=int)
+    g.add_argument("--time", default="latest",
+                   help="earliest, latest, max-timestamp or a timestamp in ms")
+    g.set_defaults(func=lambda a: get_offsets(a, sys.stdout))
+
+    cg = with_log_dir(sub.add_parser("consumer-groups", help="committed offsets and lag "
+                                     "(kafka-consumer-groups)"))
+    cg.add_argument("--list", action="store_true")
+    cg.add_argument("--describe", action="store_true")
+    cg.add_argument("--group")
+    cg.set_defaults(func=lambda a: consumer_groups(a, sys.stdout))

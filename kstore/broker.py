@@ -86,7 +86,12 @@ def normalize_acks(acks) -> int:
 class Broker:
     def __init__(self, log_dir: str, *, broker_id: int = 0, config: BrokerConfig | dict | None = None,
                  topic_defaults: LogConfig | dict | None = None, clock: Clock | None = None,
-                 host: str = "127.0.0.1", port: int = 9092, events: EventBus | None = None):
+                 host: str = "127.0.0.1", port: int = 9092, events: EventBus | None = None,
+                 metadata: MetadataStore | None = None, transport=None,
+                 truncation_mode: str = "leader_epoch"):
+        """A broker on `log_dir`. Alone (the default) it is its own controller and keeps the
+        metadata in its log dir; in a cluster, the cluster passes the shared `metadata`, a
+        `transport` to reach the other brokers, and sets `controller` itself."""
         self.broker_id = broker_id
         self.clock = clock or SYSTEM
         self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
@@ -94,16 +99,26 @@ class Broker:
         os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
         self._lock_fd = self._lock_dir()
-        self.metadata = MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
+        standalone = metadata is None
+        self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port)
         self._write_meta_properties()
         self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
-                               broker_config=self.config,
+                               broker_config=self.config, single_replica=False,
                                topic_configs={t: self.metadata.topic_config(t)
                                               for t in self.metadata.topics()})
         self.logs.load_logs()
         self._lock = threading.RLock()
         self._coordinator = None
+        self.alive = True
+        from .replica_manager import ReplicaManager
+        self.replica_manager = ReplicaManager(self, transport or _LocalTransport({broker_id: self}),
+                                              truncation_mode)
+        self.controller = None
+        if standalone:   # a cluster of one: its own controller, leader of everything it hosts
+            from .controller import Controller
+            self.controller = Controller(self.metadata, {broker_id: self}, self.clock)
+            self.controller.on_broker_startup(broker_id)
 
     # ------------------------------------------------------------------ set-up
     LOCK_FILE = ".lock"
@@ -172,7 +187,7 @@ class Broker:
             self.metadata.set_many(nodes)
             self.logs.topic_configs[name] = overrides
             for p in range(num_partitions):
-                self._create_partition(name, p, topic_id)
+                self._announce_partition(name, p)
             self.events.emit("topic_created", self.log_dir, topic=name, partitions=num_partitions)
             return self.describe_topic(name)
 
@@ -184,6 +199,16 @@ class Broker:
     def _initial_state(self, replicas: list[int]) -> dict:
         return {"controller_epoch": self.metadata.controller_epoch, "leader": replicas[0],
                 "version": 1, "leader_epoch": 0, "isr": list(replicas)}
+
+    def _announce_partition(self, topic: str, partition: int) -> None:
+        """The controller tells the replicas of a new partition who leads it (LeaderAndIsr)."""
+        self.controller._push(topic, partition)
+
+    def open_partition_log(self, topic: str, partition: int) -> Log:
+        """The log of a partition this broker hosts, created with its `partition.metadata`."""
+        node = self._topic_node(topic)
+        self.logs.topic_configs.setdefault(topic, self.metadata.topic_config(topic))
+        return self._create_partition(topic, partition, node["topic_id"])
 
     def _create_partition(self, topic: str, partition: int, topic_id: str) -> Log:
         log = self.logs.get_or_create_log(topic, partition)
@@ -212,7 +237,7 @@ class Broker:
             updates[f"/brokers/topics/{name}"] = node
             self.metadata.set_many(updates)
             for p in range(current, new_total):
-                self._create_partition(name, p, node["topic_id"])
+                self._announce_partition(name, p)
             return self.describe_topic(name)
 
     def alter_topic_config(self, name: str, configs: dict) -> TopicInfo:
@@ -223,9 +248,12 @@ class Broker:
             new_config = self.logs.default_config.with_overrides(merged)   # validates
             self.metadata.set(f"/config/topics/{name}", {"version": 1, "config": merged})
             self.logs.topic_configs[name] = merged
-            for (t, _), log in self.logs.logs().items():
+            for (t, p), log in self.logs.logs().items():
                 if t == name:
                     log.config = new_config
+                    part = self.replica_manager.partitions.get((t, p))
+                    if part is not None:
+                        part.min_insync_replicas = new_config.min_insync_replicas
             return self.describe_topic(name)
 
     def _topic_node(self, name: str) -> dict:
@@ -272,22 +300,53 @@ class Broker:
             raise UnknownTopicOrPartitionError(
                 f"this server does not host this topic-partition: {topic}-{partition}")
         log = self.logs.get_log(topic, partition)
-        if log is None:   # metadata says it exists but its directory is gone: recreate it empty
-            log = self._create_partition(topic, partition, node["topic_id"])
+        if log is None:
+            raise UnknownTopicOrPartitionError(
+                f"broker {self.broker_id} holds no replica of {topic}-{partition}")
         return log
 
+    def leader_log(self, topic: str, partition: int) -> Log:
+        """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        self.get_log(topic, partition)
+        p = self.replica_manager.partition(topic, partition)
+        if not p.is_leader:
+            from .errors import NotLeaderOrFollowerError
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition} (leader: {p.leader_id})")
+        return p.log
+
+    # ------------------------------------------------------------------ replication
+    def become_leader_or_follower(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                                  isr: list[int], replicas: list[int]):
+        return self.replica_manager.become_leader_or_follower(topic, partition, leader, leader_epoch,
+                                                              isr, replicas)
+
+    def alter_partition_isr(self, topic: str, partition: int, leader_epoch: int, isr: list[int]) -> bool:
+        return self.controller.alter_partition(topic, partition, leader_epoch, isr) \
+            if self.controller is not None else False
+
     # ------------------------------------------------------------------ data path
+    def produce_request(self, topic: str, partition: int, records: bytes, acks=-1,
+                        timeout_ms: int = 30000):
+        """Produce with Kafka's acks semantics; returns a ProduceResult that is `done` at once for
+        acks 0/1 and for acks=all once the ISR has the records (or on error/timeout)."""
+        acks = normalize_acks(acks)
+        self.get_log(topic, partition)
+        return self.replica_manager.append_records(topic, partition, records, acks, timeout_ms)
+
     def produce(self, topic: str, partition: int, records: bytes, acks=-1) -> LogAppendInfo:
-        """Append a producer's batches to a partition leader (ProduceRequest for one partition)."""
-        normalize_acks(acks)
-        log = self.get_log(topic, partition)
-        state = self.metadata.partition_state(topic, partition) or {}
-        return log.append_as_leader(records, leader_epoch=state.get("leader_epoch", 0))
+        """Append a producer's batches to a partition leader (ProduceRequest for one partition).
+        Raises the request's error. In a cluster with acks=all the records may still be waiting
+        for the ISR when this returns; `produce_request` tells when they are committed."""
+        result = self.produce_request(topic, partition, records, acks)
+        if result.error is not None:
+            raise result.error
+        return result.info
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1048576,
               isolation: str = Isolation.HIGH_WATERMARK) -> FetchResult:
-        """Read for a consumer (below the HW) or a follower (Isolation.LOG_END)."""
-        log = self.get_log(topic, partition)
+        """Read from the leader for a consumer: up to the high watermark."""
+        log = self.leader_log(topic, partition)
         data = log.read(offset, max_bytes, isolation)
         return FetchResult(topic, partition, data, log.high_watermark, log.high_watermark,
                            log.log_start_offset)
@@ -295,7 +354,7 @@ class Broker:
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
         """ListOffsets for a client: −2 earliest, −1 latest (= the HW), −3 max timestamp, or a
         timestamp (offset −1 when no record at or after it is below the HW)."""
-        log = self.get_log(topic, partition)
+        log = self.leader_log(topic, partition)
         hw = log.high_watermark
         if timestamp == -1:
             return TimestampAndOffset(-1, hw, log.leader_epoch_cache.latest_epoch())
@@ -310,7 +369,22 @@ class Broker:
             return
         if self._coordinator is not None:
             self._coordinator.shutdown()
+        self.replica_manager.checkpoint_high_watermarks()
+        self.replica_manager.shutdown()
         self.logs.shutdown()
+        self._release()
+
+    def crash(self, lose_unflushed: bool = False) -> None:
+        """Die without a clean shutdown (kill -9), or with a power loss (`lose_unflushed`)."""
+        if self._lock_fd < 0:
+            return
+        self.alive = False
+        self.replica_manager.shutdown()
+        self.logs.crash(lose_unflushed)
+        self._release()
+
+    def _release(self) -> None:
+        self.alive = False
         fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         os.close(self._lock_fd)
         self._lock_fd = -1
@@ -325,3 +399,18 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"Broker(id={self.broker_id}, log_dir={self.log_dir!r}, topics={self.topics(True)})"
+
+
+class _LocalTransport:
+    """How a broker reaches other brokers' replica managers in-process (the network broker has
+    its own transport over sockets)."""
+
+    def __init__(self, brokers: dict):
+        self.brokers = brokers
+
+    def leader_replica_manager(self, broker_id: int):
+        broker = self.brokers.get(broker_id)
+        if broker is None or not broker.alive:
+            from .errors import BrokerNotAvailableError
+            raise BrokerNotAvailableError(f"broker {broker_id} is not available")
+        return broker.replica_manager

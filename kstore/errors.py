@@ -118,3 +118,36 @@ InvalidRecordError.error_code = 87
 InvalidTopicError.error_code = 17
 ConfigError.error_code = 40                 # INVALID_CONFIG
 KStoreError.error_code = -1                 # UNKNOWN_SERVER_ERROR
+
+
+# ---- replication ----
+
+class NotLeaderOrFollowerError(KStoreError):
+    """This broker is not the leader (or a follower) of the partition."""
+    error_code = 6
+
+
+class NotEnoughReplicasError(KStoreError):
+    """acks=all with the ISR below min.insync.replicas: nothing was written."""
+    error_code = 19
+
+
+class NotEnoughReplicasAfterAppendError(KStoreError):
+    """acks=all: the data was written but the ISR shrank below min.insync.replicas meanwhile."""
+    error_code = 20
+
+
+class RequestTimedOutError(KStoreError):
+    error_code = 7
+
+
+class FencedLeaderEpochError(KStoreError):
+    error_code = 74
+
+
+class UnknownLeaderEpochError(KStoreError):
+    error_code = 75
+
+
+class BrokerNotAvailableError(KStoreError):
+    error_code = 8

@@ -719,6 +719,23 @@ class Log:
             self.closed = True
             self.events.emit("close", self.dir)
 
+    def lose_unflushed_data(self) -> int:
+        """Simulate a power loss: cut the files back to the recovery point (what was fsynced).
+        Returns the bytes lost. The in-memory log is stale afterwards: close and reopen it."""
+        with self._lock:
+            lost = 0
+            for segment in self.segments:
+                if segment.base_offset >= self._recovery_point:
+                    lost += segment.size
+                    segment.log.truncate_to(0)
+                else:
+                    following = self.higher_segment(segment.base_offset)
+                    if following is None or following.base_offset > self._recovery_point:
+                        found = segment.translate_offset(self._recovery_point)
+                        if found is not None:
+                            lost += segment.log.truncate_to(found.position)
+            return lost
+
     def close_without_flush(self) -> None:
         """Drop file handles without flushing or trimming: what a crash leaves (for tests)."""
         with self._lock:

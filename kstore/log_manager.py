@@ -34,7 +34,7 @@ class LogManager:
     def __init__(self, log_dir: str, config: LogConfig | dict | None = None,
                  clock: Clock | None = None, *, topic_configs: dict[str, dict] | None = None,
                  events: EventBus | None = None, scheduler: Scheduler | None = None,
-                 broker_config: BrokerConfig | dict | None = None):
+                 broker_config: BrokerConfig | dict | None = None, single_replica: bool = True):
         self.log_dir = os.path.abspath(log_dir)
         self.default_config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         self.topic_configs = dict(topic_configs or {})
@@ -43,6 +43,7 @@ class LogManager:
         self.scheduler = scheduler or Scheduler(self.clock)
         self.broker_config = (broker_config if isinstance(broker_config, BrokerConfig)
                               else BrokerConfig(broker_config or {}))
+        self.single_replica = single_replica   # False: a replica manager moves the HWs
         self._logs: dict[tuple[str, int], Log] = {}
         self._tasks: dict[str, object] = {}
         self._cleaner = None
@@ -84,7 +85,8 @@ class LogManager:
                                       recovery_point=recovery_points.get(tp, 0),
                                       log_start_offset=start_offsets.get(tp, 0),
                                       had_clean_shutdown=self.had_clean_shutdown,
-                                      events=self.events, scheduler=self.scheduler)
+                                      events=self.events, scheduler=self.scheduler,
+                                      single_replica=self.single_replica)
         if self.had_clean_shutdown:
             os.remove(marker)  # from now on a crash must trigger recovery
 
@@ -107,7 +109,8 @@ class LogManager:
                 self.topic_configs[topic] = overrides
             path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
             log = Log.open(path, self.config_for(topic), self.clock, events=self.events,
-                           scheduler=self.scheduler, had_clean_shutdown=True)
+                           scheduler=self.scheduler, had_clean_shutdown=True,
+                           single_replica=self.single_replica)
             self._logs[(topic, partition)] = log
             return log
 
@@ -196,6 +199,18 @@ class LogManager:
         for log in self._logs.values():
             log.flush()
         self.checkpoint_recovery_points()
+
+    def crash(self, lose_unflushed: bool = False) -> None:
+        """What a killed broker leaves behind: no flush, no checkpoints, no clean-shutdown marker.
+        With `lose_unflushed`, also what a power loss leaves: every segment is cut back to what was
+        fsynced (its recovery point), the page cache being gone."""
+        with self._lock:
+            self.stop_background_tasks()
+            self.scheduler.shutdown()
+            for log in self._logs.values():
+                if lose_unflushed:
+                    log.lose_unflushed_data()
+                log.close_without_flush()
 
     def shutdown(self) -> None:
         """Clean shutdown: flush and close every log, write the checkpoints and the marker."""

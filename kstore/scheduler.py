@@ -62,7 +62,9 @@ class Scheduler:
                 if task.cancelled:
                     continue
                 if task.period_ms is not None:   # the same object goes back, so cancel() reaches it
-                    task.due_ms += task.period_ms
+                    # A clock jump does not replay every missed period: run once, keep the phase.
+                    now = self.clock.milliseconds()
+                    task.due_ms += task.period_ms * max(1, (now - task.due_ms) // task.period_ms + 1)
                     task.seq = next(self._seq)
                     heapq.heappush(self._queue, task)
             try:

@@ -291,6 +291,9 @@ class LogSegment:
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset ≥ `offset` (whole batches); return bytes removed."""
         mapping = self.translate_offset(offset)
+        # Read the (lazily loaded) max timestamp before the time index shrinks: after a reopen it
+        # would otherwise come from the truncated index and look unknown (−1).
+        had_timestamps = self.max_timestamp_so_far >= 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.offset_index.resize(self.offset_index.max_index_size)
@@ -300,7 +303,7 @@ class LogSegment:
             self.created_ms = self.clock.milliseconds()
             self.rolling_based_timestamp = None
         self.bytes_since_last_index_entry = 0
-        if self.max_timestamp_so_far >= 0:
+        if had_timestamps:
             self._load_largest_timestamp()
         return bytes_truncated
 

@@ -1,11 +1,12 @@
-"""The writer process of the crash loop in test_crash.py (also imported by it for the shared helpers).
+"""The writer process of the crash loop in test_crash.py (which also imports its helpers).
 
-Run as `python tests/crash_writer.py LOG_DIR SEED CONFIG_JSON`: it opens the log directory the way a
-restarted broker does (`LogManager.open`, which runs recovery when `.kafka_cleanshutdown` is
-absent), prints `START <log end offset>`, then appends batches to `crash-0` forever. Some appends are
-followed by `log.flush()` + `manager.checkpoint_recovery_points()`; only after both returned does it
-print `ACK <last offset> <sha256>` (the sha covers every record since the previous ACK, or since
-START). The parent kills it with SIGKILL at a random moment.
+Run as `python tests/crash_writer.py LOG_DIR SEED CONFIG_JSON`. It prints `OPENING`, opens the log
+directory the way a restarted broker does (`LogManager.open`, which runs recovery when
+`.kafka_cleanshutdown` is absent), prints `START <log end offset> <bytes its recovery truncated>`
+and then appends batches to `crash-0` forever. Some appends are followed by `log.flush()` and
+`manager.checkpoint_recovery_points()`; only after both returned does it print
+`ACK <last offset> <sha256>` (the sha covers every record since the previous ACK, or since START).
+The parent kills it with SIGKILL at a random moment.
 
 Every record's content is a pure function of (seed, offset), so the parent can check records that
 survived without having been acknowledged too. Keep the imports light: the writer is started 200
@@ -63,10 +64,12 @@ def main(argv: list[str]) -> int:
     from kstore import LogManager
     rng = random.Random(seed)
     flush_probability = rng.choice([0.2, 0.5, 0.9])
+    sys.stdout.write("OPENING\n")  # the parent may kill us during the load and recovery
+    sys.stdout.flush()
     manager = LogManager.open(log_dir, config)
     log = manager.get_or_create_log(TOPIC, PARTITION)
     out = sys.stdout
-    out.write(f"START {log.log_end_offset}\n")
+    out.write(f"START {log.log_end_offset} {log.load_report.truncated_bytes}\n")
     out.flush()
     sha = hashlib.sha256()
     deadline = time.monotonic() + 20  # the parent kills us long before; never run away

@@ -32,8 +32,7 @@ import pytest
 
 import crash_writer
 from crash_writer import PARTITION, TOPIC, make_record, record_bytes
-from kstore import Log, LogConfig, LogManager, ManualClock, Record
-from kstore.segment import LogSegment
+from kstore import Log, LogManager, ManualClock, Record
 
 WRITER = str(Path(crash_writer.__file__).resolve())
 PYTHON = sys.executable
@@ -55,10 +54,11 @@ def crash_iterations() -> int:
     return 200 if os.environ.get("CI") == "true" else 50
 
 
-def report(line: str) -> None:
-    """Visible with or without `-s`."""
-    sys.__stderr__.write(line + "\n")
-    sys.__stderr__.flush()
+def report(capsys, line: str) -> None:
+    """Visible with or without `-s` (pytest captures fd 2 too, so suspend capturing)."""
+    with capsys.disabled():
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 # ------------------------------------------------------------------------------ raw file helpers
@@ -167,6 +167,7 @@ class Writer:
         self.proc = subprocess.Popen([PYTHON, WRITER, str(log_dir), str(seed), json.dumps(config)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: list[str] = []
+        self.opening = threading.Event()
         self.started = threading.Event()
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
@@ -177,8 +178,11 @@ class Writer:
             if not line.endswith("\n"):
                 break  # a half-written line is not an acknowledgement
             self.lines.append(line.rstrip("\n"))
+            if line.startswith("OPENING"):
+                self.opening.set()
             if line.startswith("START"):
                 self.started.set()
+        self.opening.set()
         self.started.set()
 
     def kill(self) -> tuple[int, str]:
@@ -192,12 +196,11 @@ class Writer:
         return rc, err
 
 
-def simulate_power_loss(part_dir: Path, durable_offset: int, rng: random.Random) -> str | None:
-    """Damage the active segment after its last durable batch, as losing the page cache can."""
-    logs = segment_files(part_dir)
-    if not logs:
-        return None
-    path = logs[-1]
+def simulate_power_loss(part_dir: Path, durable_offset: int, rng: random.Random
+                        ) -> tuple[str, Path, int, int]:
+    """Damage the active segment after its last durable batch, as losing the page cache can.
+    Returns the mode, the file, its new length and the length of its whole valid batches."""
+    path = segment_files(part_dir)[-1]
     data = path.read_bytes()
     batches = raw_batches(data)
     base = int(path.name[:20])
@@ -222,11 +225,12 @@ def simulate_power_loss(part_dir: Path, durable_offset: int, rng: random.Random)
         else:
             f.seek(len(data))
             f.write(rng.randbytes(rng.randint(1, 300)))
-    return mode
+    damaged = path.read_bytes()
+    return mode, path, len(damaged), sum(b[1] for b in raw_batches(damaged))
 
 
 @pytest.mark.slow
-def test_crash_loop_sigkill_writer(tmp_path):
+def test_crash_loop_sigkill_writer(tmp_path, capsys):
     iterations = crash_iterations()
     seed = int(os.environ.get("KSTORE_CRASH_SEED", "20240611"))
     rng = random.Random(seed)
@@ -236,6 +240,7 @@ def test_crash_loop_sigkill_writer(tmp_path):
     model: list[bytes] = []          # digest of every record known durable, by offset
     stats = Counter()
     started = time.monotonic()
+    debug = bool(os.environ.get("KSTORE_CRASH_DEBUG"))  # keep copies of the files for a post-mortem
 
     def close(manager: LogManager, clean: bool) -> None:
         if clean:
@@ -245,12 +250,14 @@ def test_crash_loop_sigkill_writer(tmp_path):
             for log in manager.logs().values():
                 log.close_without_flush()
 
-    for it in range(iterations):
+    def iteration(it: int, ctx: dict) -> None:
+        nonlocal model
         wseed = rng.randrange(1 << 30)
         config = dict(CRASH_CONFIG, preallocate=rng.random() < 0.3)
         writer = Writer(log_dir, wseed, config)
-        if rng.random() < 0.2:
-            time.sleep(rng.uniform(0, 0.25))           # may land while the writer recovers
+        if rng.random() < 0.15:  # kill while the writer loads and recovers the log
+            assert writer.opening.wait(60), "writer did not start"
+            time.sleep(rng.random() * rng.choice([0.002, 0.03]))  # small logs load in ~1 ms
         else:
             assert writer.started.wait(60), "writer did not start"
             time.sleep(rng.uniform(0, 0.08))
@@ -265,21 +272,40 @@ def test_crash_loop_sigkill_writer(tmp_path):
             words = line.split()
             if words[0] == "START":
                 start = int(words[1])
+                # The parent left a verified, flushed log: the writer's recovery cuts nothing.
+                assert int(words[2]) == 0, f"the writer's recovery truncated {words[2]} bytes"
             elif words[0] == "ACK":
                 acks.append((int(words[1]), words[2]))
         if start is not None:
             assert start == len(model), f"writer started at {start}, expected {len(model)}"
+        else:
+            stats["kills before START"] += 1
         durable = max([len(model) - 1] + [a[0] for a in acks])
         stats["acks"] += len(acks)
-        if part_dir.exists() and rng.random() < 0.3:
-            mode = simulate_power_loss(part_dir, durable, rng)
-            stats[f"power loss: {mode}"] += 1
+        ctx.update(writer_seed=wseed, preallocate=config["preallocate"], start=start,
+                   acks=len(acks), durable=durable, model=len(model))
+        if debug:
+            shutil.rmtree(tmp_path / "after-kill", ignore_errors=True)
+            shutil.copytree(log_dir, tmp_path / "after-kill")
+        # Simulated power loss: the page cache holding the unflushed tail is lost. Only a writer
+        # that got as far as START can have written anything (before, the files were all flushed).
+        if start is not None and rng.random() < 0.3:
+            damage = simulate_power_loss(part_dir, durable, rng)
+            ctx["power loss"] = damage
+            stats[f"power loss: {damage[0]}"] += 1
+        else:
+            damage = None
 
         # Restart as a broker would: LogManager.open, recovery since there is no clean marker.
         manager = LogManager.open(str(log_dir), CRASH_CONFIG, clock)
         if manager.had_clean_shutdown:  # the writer died before it could remove the marker
             assert start is None
         log = manager.get_or_create_log(TOPIC, PARTITION)
+        ctx["load report"] = log.load_report
+        if damage is not None:  # recovery cut exactly the damaged tail
+            _, path, length, valid = damage
+            assert log.load_report.truncated_bytes == length - valid
+            assert log.segments[-1].log.path == str(path) and log.segments[-1].size == valid
         stats["bytes truncated"] += log.load_report.truncated_bytes
         stats["segments recovered"] += len(log.load_report.recovered_segments)
         stats["indexes rebuilt"] += len(log.load_report.rebuilt_indexes)
@@ -322,15 +348,26 @@ def test_crash_loop_sigkill_writer(tmp_path):
         model.extend(digest(r.offset, r) for r in tail)
         close(manager, rng.random() < 0.5)
 
+    for it in range(iterations):
+        ctx: dict = {}
+        try:
+            iteration(it, ctx)
+        except Exception as e:
+            raise AssertionError(f"crash-loop iteration {it} (seed {seed}, files in "
+                                 f"{tmp_path}): {ctx}") from e
+
     elapsed = time.monotonic() - started
-    report(f"\n[crash loop] iterations={iterations} kills={stats['kills']} "
-           f"acks={stats['acks']} records verified={stats['records verified']} "
-           f"final LEO={len(model)} bytes truncated by recovery={stats['bytes truncated']} "
-           f"segments recovered={stats['segments recovered']} "
-           f"indexes rebuilt={stats['indexes rebuilt']} "
-           f"segments removed after damage={stats['segments removed']} "
-           f"power-loss simulations={ {k[12:]: v for k, v in stats.items() if k.startswith('power')} } "
-           f"({elapsed:.1f}s)")
+    power = {k.split(": ")[1]: v for k, v in stats.items() if k.startswith("power loss")}
+    report(capsys, "\n".join([
+        f"\n[crash loop] {iterations} iterations, {stats['kills']} SIGKILLs "
+        f"({stats['kills before START']} during the writer's load/recovery), "
+        f"{stats['acks']} acknowledged fsyncs, {elapsed:.1f}s",
+        f"[crash loop] records verified: {stats['records verified']} record checks in total, "
+        f"final log end offset {len(model)} (every record re-checked after every crash)",
+        f"[crash loop] recovery: {stats['bytes truncated']} bytes truncated, "
+        f"{stats['segments recovered']} segment recoveries, {stats['indexes rebuilt']} index "
+        f"rebuilds, {stats['segments removed']} segments removed after damage; "
+        f"simulated power losses: {power}"]))
     assert stats["kills"] == iterations
     assert len(model) > 0
 
@@ -587,18 +624,45 @@ def test_damaged_index_files_are_rebuilt(tmp_path, damage, clean):
         assert rep.truncated_bytes == 0
         check_lookups(log, expected)
         seg = next(s for s in log.segments if s.base_offset == int(prefix))
-        if victim != logs[-1] or clean:
-            # The rebuilt index equals what the appends wrote (one batch per append).
-            assert seg.offset_index.entries_list() == \
-                [tuple(e) for e in _entries(files[prefix + ".index"], 8, int(prefix))]
+        # The rebuilt indexes equal what the appends and the close wrote (one batch per append).
+        assert seg.offset_index.entries_list() == _entries(files[prefix + ".index"], ">ii", 8,
+                                                           int(prefix))
+        assert seg.time_index.entries_list() == _entries(files[prefix + ".timeindex"], ">qi", 12,
+                                                         int(prefix))
         log.close()
         for ext in (".index", ".timeindex"):
             assert (dest / (prefix + ext)).exists()
 
 
-def _entries(data: bytes, size: int, base: int) -> list[tuple[int, int]]:
+def _entries(data: bytes, fmt: str, size: int, base: int) -> list[tuple[int, int]]:
+    """Entries of an index file as (offset, position) or (timestamp, offset)."""
     out = []
     for i in range(0, len(data) - len(data) % size, size):
-        rel, pos = struct.unpack_from(">ii", data, i)
-        out.append((base + rel, pos))
+        a, b = struct.unpack_from(fmt, data, i)
+        out.append((base + a, b) if size == 8 else (a, base + b))
     return out
+
+
+@pytest.mark.parametrize("advance_ms", [0, 5])
+def test_recovery_of_a_segment_appended_across_many_restarts(tmp_path, advance_ms):
+    """Each open restarts the bytes-since-last-index-entry count, so a segment written across
+    restarts holds fewer index entries than a rebuild computes; with a small segment.index.bytes
+    the rebuild must still fit (it may skip entries) instead of failing the load."""
+    d = tmp_path / "restarts-0"
+    config = {"segment.bytes": 4096, "index.interval.bytes": 100, "segment.index.bytes": 48}
+    clock = ManualClock(T0)
+    for i in range(60):
+        log = Log.open(str(d), config, clock, had_clean_shutdown=True)
+        clock.advance(advance_ms)
+        log.append([Record(b"k%d" % i, b"x" * 50, clock.milliseconds())])
+        log.close()
+    log = Log.open(str(d), config, clock, had_clean_shutdown=True)
+    expected = log.records()
+    log.close_without_flush()
+    log = Log.open(str(d), config, clock, recovery_point=0, had_clean_shutdown=False)
+    assert log.load_report.truncated_bytes == 0
+    assert len(log.load_report.recovered_segments) == log.number_of_segments
+    check_lookups(log, expected)
+    log.append([("after", "recovery")])
+    assert log.read_records(len(expected))[0].value == b"recovery"
+    log.close()

@@ -13,6 +13,7 @@ Mirrors Kafka's `AbstractFetcherThread` / `ReplicaFetcherThread`:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from .errors import KStoreError, OffsetOutOfRangeError
@@ -78,6 +79,11 @@ class ReplicaFetcher:
         self.truncation_mode = truncation_mode
         self.states: dict[tuple[str, int], FetchState] = {}
         self.max_bytes = 1048576
+        self._tp_locks: dict[tuple[str, int], threading.RLock] = {}
+        self.last_delayed_step: FollowerStep | None = None
+
+    def _tp_lock(self, tp) -> threading.RLock:
+        return self._tp_locks.setdefault(tp, threading.RLock())
 
     def add_partition(self, tp: tuple[str, int]) -> None:
         partition = self.rm.partition(*tp)
@@ -123,14 +129,25 @@ class ReplicaFetcher:
     def step(self, tp: tuple[str, int], max_wait_ms: int | None = None) -> FollowerStep:
         """One round: truncate if needed, else fetch. With a wait, a fetch that finds no data is
         parked at the leader and completes later (new data, or the wait runs out)."""
+        with self._tp_lock(tp):
+            return self._step(tp, max_wait_ms)
+
+    def _step(self, tp: tuple[str, int], max_wait_ms: int | None) -> FollowerStep:
         state = self.states.get(tp)
         if state is None:
             return FollowerStep(self.rm.broker_id, *tp, action="idle", detail="not a follower")
         if state.in_flight is not None:
             return FollowerStep(self.rm.broker_id, *tp, action="waiting",
                                 fetch_offset=state.fetch_offset, detail="a fetch is parked at the leader")
-        if state.needs_truncation:
-            return self.truncate(tp)
+        truncation = self.truncate(tp) if state.needs_truncation else None
+        step = self._fetch(tp, state, max_wait_ms)
+        if truncation is not None:   # one round: find the point of agreement, then fetch
+            step.truncated_to = truncation.truncated_to
+            step.exchanges = truncation.exchanges + step.exchanges
+            step.detail = "; ".join(d for d in (truncation.detail, step.detail) if d)
+        return step
+
+    def _fetch(self, tp, state: FetchState, max_wait_ms: int | None) -> FollowerStep:
         partition = self.rm.partition(*tp)
         leader = self.transport.leader_replica_manager(partition.leader_id)
         last_epoch = None
@@ -155,11 +172,12 @@ class ReplicaFetcher:
         return self.process_response(tp, result)
 
     def _on_delayed(self, tp, result) -> None:
-        state = self.states.get(tp)
-        if state is None or state.in_flight is not result:
-            return
-        state.in_flight = None
-        self.last_delayed_step = self.process_response(tp, result)
+        with self._tp_lock(tp):
+            state = self.states.get(tp)
+            if state is None or state.in_flight is not result:
+                return
+            state.in_flight = None
+            self.last_delayed_step = self.process_response(tp, result)
 
     def _out_of_range(self, tp, leader, detail: str) -> FollowerStep:
         partition = self.rm.partition(*tp)

@@ -363,6 +363,16 @@ class Broker:
             return TimestampAndOffset(-1, -1, None)
         return found
 
+    # ------------------------------------------------------------------ producers
+    def allocate_producer_id(self) -> int:
+        """A new producer id for an idempotent producer (InitProducerId). Kafka hands out blocks
+        of ids from the controller; kstore keeps the next id in the metadata, so ids are never
+        reused across restarts."""
+        with self._lock:
+            next_id = self.metadata.get("/latest_producer_id", -1) + 1
+            self.metadata.set("/latest_producer_id", next_id)
+            return next_id
+
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:
         if self._lock_fd < 0:

@@ -20,6 +20,8 @@ PartitionRecord, ConfigRecord, ... (the real Kafka log dirs in tests/fixtures ha
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import threading
@@ -48,46 +50,84 @@ class MetadataStore:
         self.path = str(path)
         self._lock = threading.RLock()
         self._nodes: dict[str, Any] = {}
-        if os.path.exists(self.path):
+        self._stamp = None
+        self._refresh()
+
+    # Reads see the file as it is now (other processes may have written it); writes happen in a
+    # transaction: an exclusive lock on `<file>.lock`, re-read, change, atomic replace.
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
             with open(self.path, encoding="utf-8") as f:
                 self._nodes = json.load(f)
+            self._stamp = stamp
+
+    @contextlib.contextmanager
+    def transaction(self):
+        with self._lock:
+            if getattr(self, "_depth", 0):      # nested: the file lock is already ours
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
+            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._depth = 1
+                self._refresh()
+                yield self
+            finally:
+                self._depth = 0
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def get(self, path: str, default: Any = None) -> Any:
+        self._refresh()
         return self._nodes.get(path, default)
 
     def exists(self, path: str) -> bool:
+        self._refresh()
         return path in self._nodes
 
     def set(self, path: str, value: Any) -> None:
-        with self._lock:
-            self._nodes[path] = value
-            self._save()
+        self.set_many({path: value})
 
     def set_many(self, values: dict[str, Any]) -> None:
-        with self._lock:
+        with self.transaction():
             self._nodes.update(values)
             self._save()
 
     def delete(self, path: str) -> None:
-        with self._lock:
+        with self.transaction():
             for p in [p for p in self._nodes if p == path or p.startswith(path + "/")]:
                 del self._nodes[p]
             self._save()
 
     def children(self, path: str) -> list[str]:
+        self._refresh()
         prefix = path.rstrip("/") + "/"
         return sorted({p[len(prefix):].split("/", 1)[0] for p in self._nodes if p.startswith(prefix)})
 
     def tree(self) -> dict[str, Any]:
+        self._refresh()
         return dict(sorted(self._nodes.items()))
 
     def _save(self) -> None:
-        atomic_write(self.path, json.dumps(self.tree(), indent=1, sort_keys=True) + "\n")
+        atomic_write(self.path, json.dumps(dict(sorted(self._nodes.items())), indent=1,
+                                           sort_keys=True) + "\n")
+        st = os.stat(self.path)
+        self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
 
     # ---- the ZooKeeper-era paths
     def ensure_cluster(self, broker_id: int, host: str, port: int) -> str:
         """Create the cluster id, register the broker and make it the controller if needed."""
-        with self._lock:
+        with self.transaction():
             updates: dict[str, Any] = {}
             if not self.exists("/cluster/id"):
                 updates["/cluster/id"] = {"version": "1", "id": new_uuid_string()}

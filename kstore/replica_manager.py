@@ -157,8 +157,13 @@ class ReplicaManager:
         p = self.partition(*tp)
         result = PendingFetch(replica_id, fetch_offset, max_bytes, "", partition=p,
                               on_complete=on_complete)
-        fetched = p.fetch_records(replica_id, fetch_offset, max_bytes, last_fetched_epoch,
-                                  current_leader_epoch)
+        with p.lock:
+            isr_before = list(p.isr)
+            fetched = p.fetch_records(replica_id, fetch_offset, max_bytes, last_fetched_epoch,
+                                      current_leader_epoch)
+            isr_after, epoch = list(p.isr), p.leader_epoch
+        if isr_after != isr_before:   # the follower joined the ISR: AlterPartition, as for a shrink
+            self.broker.alter_partition_isr(tp[0], tp[1], epoch, isr_after)
         for name in ("isolation", "data", "high_watermark", "log_start_offset", "log_end_offset",
                      "diverging_epoch", "error"):
             setattr(result, name, getattr(fetched, name))
@@ -262,4 +267,10 @@ class ReplicaManager:
         for r in list(self._delayed_produces):
             r.complete(RequestTimedOutError("the broker shut down"))
         self._delayed_produces.clear()
-        self._delayed_fetches.clear()
+        with self._lock:
+            parked, self._delayed_fetches = list(self._delayed_fetches), []
+        for f in parked:   # the connection drops: a parked follower fetch fails (and is retried)
+            f.error, f.delayed_pending = NotLeaderOrFollowerError(
+                f"broker {self.broker_id} shut down while the fetch was waiting"), False
+            if f.on_complete is not None:
+                f.on_complete(f)

@@ -247,9 +247,25 @@ def add_parsers(sub) -> None:
                    help="earliest, latest, max-timestamp or a timestamp in ms")
     g.set_defaults(func=lambda a: get_offsets(a, sys.stdout))
 
+    sv = with_log_dir(sub.add_parser("serve", help="run a broker speaking Kafka's protocol"))
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=9092)
+    sv.add_argument("--copy-fetch", action="store_true",
+                    help="send fetched records through user space instead of os.sendfile")
+    sv.add_argument("--override", action="append", metavar="NAME=VALUE",
+                    help="broker config, e.g. auto.create.topics.enable=false")
+    sv.set_defaults(func=lambda a: _serve(a))
+
     cg = with_log_dir(sub.add_parser("consumer-groups", help="committed offsets and lag "
                                      "(kafka-consumer-groups)"))
     cg.add_argument("--list", action="store_true")
     cg.add_argument("--describe", action="store_true")
     cg.add_argument("--group")
     cg.set_defaults(func=lambda a: consumer_groups(a, sys.stdout))
+
+
+def _serve(args) -> int:
+    from .server import serve
+    serve(args.log_dir, args.host, args.port, zero_copy=not args.copy_fetch,
+          broker_config=_properties(args.override))
+    return 0

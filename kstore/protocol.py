@@ -1,0 +1,827 @@
+"""Kafka's binary wire protocol, classic (non-flexible) versions: one schema-driven codec.
+
+What this module owns: the bytes of every request and response kstore's broker speaks, for
+
+    ApiVersions v0-2, Metadata v0-8, Produce v3-8, Fetch v4-11, ListOffsets v1-5,
+    FindCoordinator v0-2, OffsetCommit v2-7, OffsetFetch v1-5, InitProducerId v0-1,
+    OffsetForLeaderEpoch v0-3,
+
+plus the request header (v1, and v2 far enough to answer a too-new ApiVersions request) and the
+response header v0. It mirrors three parts of Kafka's client library:
+
+* the generated message classes (`org.apache.kafka.common.message.ProduceRequestData`,
+  `FetchResponseData`, ...), which Kafka's `MessageGenerator` builds from the JSON definitions in
+  `clients/src/main/resources/common/message/*.json`. Here each of those definitions is written out
+  as Python data (`Field` / `Message` below): the same field order, types, version ranges
+  (`"versions": "3+"`), nullable ranges and defaults, with snake_case names ("TopicData" ->
+  "topic_data"). Only the fields that exist in the versions above are listed; tagged fields and
+  compact encodings (flexible versions) are out of scope;
+* `RequestHeaderData` / `ResponseHeaderData` (RequestHeader.json, ResponseHeader.json);
+* `ApiKeys` / `Errors` (API_KEYS, SUPPORTED, FLEXIBLE_FROM, ERRORS).
+
+There is ONE encoder and ONE decoder; both walk a `Message`'s fields for the requested version.
+A body is a plain dict (arrays are lists of dicts). As in Kafka's generated classes, every field has
+a value: `decode_*` fills the fields a version does not carry with their defaults, and the encoder
+takes a missing key to mean "the default". A key that no version of the message has is refused (it
+is almost certainly a typo). Decoding is strict: truncation, a null in a non-nullable field,
+invalid UTF-8 or bytes left over after the body raise `ProtocolError`, naming the field
+(e.g. ``topic_data[0].partition_data[1].records``) and the byte position.
+
+Records (`records` type) decode to bytes. For encoding a response they may also be a zero-copy file
+slice: any object with an int `.size` (kstore's `FileSlice`); `encode_response` then returns the
+slice as its own chunk, for the server to send with `os.sendfile`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+__all__ = [
+    "API_KEYS", "API_NAMES", "SUPPORTED", "FLEXIBLE_FROM", "ERRORS", "SCHEMAS",
+    "ProtocolError", "UnsupportedVersionError", "RequestHeader", "Field", "Message",
+    "decode_request_header", "decode_request", "encode_request", "encode_response",
+    "decode_response", "encode_api_versions_unsupported", "default_body",
+]
+
+
+class ProtocolError(Exception):
+    """Malformed or truncated bytes, or a body that cannot be encoded; the message says where."""
+
+
+class UnsupportedVersionError(ProtocolError):
+    """An API key or version this module does not implement (Kafka: UnsupportedVersionException)."""
+
+
+# ---- ApiKeys: names, the versions implemented here, where flexible versions start ----
+
+API_KEYS: dict[str, int] = {
+    "Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8,
+    "OffsetFetch": 9, "FindCoordinator": 10, "ApiVersions": 18, "InitProducerId": 22,
+    "OffsetForLeaderEpoch": 23,
+}
+API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
+
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (0, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2), 18: (0, 2),
+    22: (0, 1), 23: (0, 3),
+}
+
+# First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
+# header is v2 (tagged fields) and the body uses compact strings/arrays, which are not implemented.
+FLEXIBLE_FROM: dict[int, int] = {
+    0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4,
+}
+
+# Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
+ERRORS: dict[str, int] = {
+    "UNKNOWN_SERVER_ERROR": -1, "NONE": 0, "OFFSET_OUT_OF_RANGE": 1, "CORRUPT_MESSAGE": 2,
+    "UNKNOWN_TOPIC_OR_PARTITION": 3, "INVALID_FETCH_SIZE": 4, "LEADER_NOT_AVAILABLE": 5,
+    "NOT_LEADER_OR_FOLLOWER": 6, "REQUEST_TIMED_OUT": 7, "BROKER_NOT_AVAILABLE": 8,
+    "REPLICA_NOT_AVAILABLE": 9, "MESSAGE_TOO_LARGE": 10, "STALE_CONTROLLER_EPOCH": 11,
+    "OFFSET_METADATA_TOO_LARGE": 12, "NETWORK_EXCEPTION": 13, "COORDINATOR_LOAD_IN_PROGRESS": 14,
+    "COORDINATOR_NOT_AVAILABLE": 15, "NOT_COORDINATOR": 16, "INVALID_TOPIC_EXCEPTION": 17,
+    "RECORD_LIST_TOO_LARGE": 18, "NOT_ENOUGH_REPLICAS": 19, "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
+    "INVALID_REQUIRED_ACKS": 21, "ILLEGAL_GENERATION": 22, "INCONSISTENT_GROUP_PROTOCOL": 23,
+    "INVALID_GROUP_ID": 24, "UNKNOWN_MEMBER_ID": 25, "INVALID_SESSION_TIMEOUT": 26,
+    "REBALANCE_IN_PROGRESS": 27, "INVALID_COMMIT_OFFSET_SIZE": 28,
+    "TOPIC_AUTHORIZATION_FAILED": 29, "GROUP_AUTHORIZATION_FAILED": 30,
+    "CLUSTER_AUTHORIZATION_FAILED": 31, "INVALID_TIMESTAMP": 32, "UNSUPPORTED_SASL_MECHANISM": 33,
+    "ILLEGAL_SASL_STATE": 34, "UNSUPPORTED_VERSION": 35, "TOPIC_ALREADY_EXISTS": 36,
+    "INVALID_PARTITIONS": 37, "INVALID_REPLICATION_FACTOR": 38, "INVALID_REPLICA_ASSIGNMENT": 39,
+    "INVALID_CONFIG": 40, "NOT_CONTROLLER": 41, "INVALID_REQUEST": 42,
+    "UNSUPPORTED_FOR_MESSAGE_FORMAT": 43, "POLICY_VIOLATION": 44,
+    "OUT_OF_ORDER_SEQUENCE_NUMBER": 45, "DUPLICATE_SEQUENCE_NUMBER": 46,
+    "INVALID_PRODUCER_EPOCH": 47, "INVALID_TXN_STATE": 48, "INVALID_PRODUCER_ID_MAPPING": 49,
+    "INVALID_TRANSACTION_TIMEOUT": 50, "CONCURRENT_TRANSACTIONS": 51,
+    "TRANSACTION_COORDINATOR_FENCED": 52, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 53,
+    "SECURITY_DISABLED": 54, "OPERATION_NOT_ATTEMPTED": 55, "KAFKA_STORAGE_ERROR": 56,
+    "LOG_DIR_NOT_FOUND": 57, "SASL_AUTHENTICATION_FAILED": 58, "UNKNOWN_PRODUCER_ID": 59,
+    "REASSIGNMENT_IN_PROGRESS": 60, "DELEGATION_TOKEN_AUTH_DISABLED": 61,
+    "DELEGATION_TOKEN_NOT_FOUND": 62, "DELEGATION_TOKEN_OWNER_MISMATCH": 63,
+    "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED": 64, "DELEGATION_TOKEN_AUTHORIZATION_FAILED": 65,
+    "DELEGATION_TOKEN_EXPIRED": 66, "INVALID_PRINCIPAL_TYPE": 67, "NON_EMPTY_GROUP": 68,
+    "GROUP_ID_NOT_FOUND": 69, "FETCH_SESSION_ID_NOT_FOUND": 70, "INVALID_FETCH_SESSION_EPOCH": 71,
+    "LISTENER_NOT_FOUND": 72, "TOPIC_DELETION_DISABLED": 73, "FENCED_LEADER_EPOCH": 74,
+    "UNKNOWN_LEADER_EPOCH": 75, "UNSUPPORTED_COMPRESSION_TYPE": 76, "STALE_BROKER_EPOCH": 77,
+    "OFFSET_NOT_AVAILABLE": 78, "MEMBER_ID_REQUIRED": 79, "PREFERRED_LEADER_NOT_AVAILABLE": 80,
+    "GROUP_MAX_SIZE_REACHED": 81, "FENCED_INSTANCE_ID": 82, "ELIGIBLE_LEADERS_NOT_AVAILABLE": 83,
+    "ELECTION_NOT_NEEDED": 84, "NO_REASSIGNMENT_IN_PROGRESS": 85, "GROUP_SUBSCRIBED_TO_TOPIC": 86,
+    "INVALID_RECORD": 87, "UNSTABLE_OFFSET_COMMIT": 88, "THROTTLING_QUOTA_EXCEEDED": 89,
+    "PRODUCER_FENCED": 90,
+}
+
+
+# ---- the schema model: Kafka's message JSON, as Python data ----
+
+MAX_VERSION = 0x7FFF          # "3+" means 3 up to Short.MAX_VALUE, as in Kafka's `Versions`
+_NO_DEFAULT = object()
+
+PRIMITIVES = ("int8", "int16", "int32", "int64", "uint16", "bool", "string", "bytes", "records")
+
+
+def _versions(spec: str | None) -> tuple[int, int] | None:
+    """Kafka's version-range syntax: "3+" -> (3, 32767), "2-4" -> (2, 4), "0" -> (0, 0)."""
+    if spec is None:
+        return None
+    if spec.endswith("+"):
+        return int(spec[:-1]), MAX_VERSION
+    lo, _, hi = spec.partition("-")
+    return int(lo), int(hi or lo)
+
+
+@dataclass(frozen=True, eq=False)
+class Field:
+    """One field of a message or of an array element, as in the JSON's "fields" list.
+
+    `type` is Kafka's type string: a primitive ("int32", "string", "records", ...), an array of
+    primitives ("[]int32") or an array of structs ("[]TopicProduceData", whose element fields are
+    `fields`). `versions` / `nullable` are inclusive (low, high) ranges; `default` is Kafka's
+    default for the field, used when a version lacks it or a body omits it.
+    """
+    name: str
+    type: str
+    versions: tuple[int, int]
+    nullable: tuple[int, int] | None
+    default: Any
+    fields: tuple["Field", ...] = ()
+
+    def in_version(self, version: int) -> bool:
+        return self.versions[0] <= version <= self.versions[1]
+
+    def nullable_in(self, version: int) -> bool:
+        return self.nullable is not None and self.nullable[0] <= version <= self.nullable[1]
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.startswith("[]")
+
+    @property
+    def element_type(self) -> str | None:
+        """For an array of primitives, the element type; None for structs and non-arrays."""
+        return self.type[2:] if self.is_array and not self.fields else None
+
+    def default_value(self) -> Any:
+        """A fresh default (a new list for arrays, so callers may append to it)."""
+        return list(self.default) if isinstance(self.default, list) else self.default
+
+
+def F(name: str, type: str, versions: str, *fields: Field, nullable: str | None = None,
+      default: Any = _NO_DEFAULT) -> Field:
+    """Declare a field like a line of Kafka's JSON: F("acks", "int16", "0+").
+
+    Defaults follow Kafka's MessageGenerator: 0 / false / "" / empty array / null records unless
+    the JSON gives one ("default": "null" is written default=None here).
+    """
+    if type.startswith("[]"):
+        assert bool(fields) == (type[2:] not in PRIMITIVES), f"{name}: struct arrays need fields"
+    else:
+        assert type in PRIMITIVES and not fields, f"{name}: unknown type {type}"
+    if default is _NO_DEFAULT:
+        default = ([] if type.startswith("[]") else
+                   {"bool": False, "string": "", "bytes": b"", "records": None}.get(type, 0))
+    return Field(name, type, _versions(versions), _versions(nullable), default, tuple(fields))
+
+
+@dataclass(frozen=True, eq=False)
+class Message:
+    """One request or response definition (e.g. ProduceRequest.json), for `versions`."""
+    name: str
+    api_key: int
+    kind: str                  # "request" or "response"
+    versions: tuple[int, int]  # the versions implemented here (a subset of Kafka's validVersions)
+    fields: tuple[Field, ...]
+
+
+# ---- the definitions (transcribed from apache/kafka clients/src/main/resources/common/message) ----
+
+_API_VERSIONS_REQUEST = ()  # v0-2 have no fields; v3 (flexible) adds client_software_name/version
+_API_VERSIONS_RESPONSE = (
+    F("error_code", "int16", "0+"),
+    F("api_keys", "[]ApiVersion", "0+",
+      F("api_key", "int16", "0+"),
+      F("min_version", "int16", "0+"),
+      F("max_version", "int16", "0+")),
+    F("throttle_time_ms", "int32", "1+"),
+)
+
+_METADATA_REQUEST = (
+    # v0: an empty array means all topics; v1+: null means all topics, empty means none.
+    F("topics", "[]MetadataRequestTopic", "0+",
+      F("name", "string", "0+"),
+      nullable="1+"),
+    F("allow_auto_topic_creation", "bool", "4+", default=True),
+    F("include_cluster_authorized_operations", "bool", "8-10"),
+    F("include_topic_authorized_operations", "bool", "8+"),
+)
+_METADATA_RESPONSE = (
+    F("throttle_time_ms", "int32", "3+"),
+    F("brokers", "[]MetadataResponseBroker", "0+",
+      F("node_id", "int32", "0+"),
+      F("host", "string", "0+"),
+      F("port", "int32", "0+"),
+      F("rack", "string", "1+", nullable="1+", default=None)),
+    F("cluster_id", "string", "2+", nullable="2+", default=None),
+    F("controller_id", "int32", "1+", default=-1),
+    F("topics", "[]MetadataResponseTopic", "0+",
+      F("error_code", "int16", "0+"),
+      F("name", "string", "0+"),
+      F("is_internal", "bool", "1+", default=False),
+      F("partitions", "[]MetadataResponsePartition", "0+",
+        F("error_code", "int16", "0+"),
+        F("partition_index", "int32", "0+"),
+        F("leader_id", "int32", "0+"),
+        F("leader_epoch", "int32", "7+", default=-1),
+        F("replica_nodes", "[]int32", "0+"),
+        F("isr_nodes", "[]int32", "0+"),
+        F("offline_replicas", "[]int32", "5+")),
+      F("topic_authorized_operations", "int32", "8+", default=-2147483648)),
+    F("cluster_authorized_operations", "int32", "8-10", default=-2147483648),
+)
+
+_PRODUCE_REQUEST = (
+    F("transactional_id", "string", "3+", nullable="3+", default=None),
+    F("acks", "int16", "0+"),
+    F("timeout_ms", "int32", "0+"),
+    F("topic_data", "[]TopicProduceData", "0+",
+      F("name", "string", "0+"),
+      F("partition_data", "[]PartitionProduceData", "0+",
+        F("index", "int32", "0+"),
+        F("records", "records", "0+", nullable="0+"))),
+)
+_PRODUCE_RESPONSE = (
+    F("responses", "[]TopicProduceResponse", "0+",
+      F("name", "string", "0+"),
+      F("partition_responses", "[]PartitionProduceResponse", "0+",
+        F("index", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+        F("base_offset", "int64", "0+"),
+        F("log_append_time_ms", "int64", "2+", default=-1),
+        F("log_start_offset", "int64", "5+", default=-1),
+        F("record_errors", "[]BatchIndexAndErrorMessage", "8+",
+          F("batch_index", "int32", "8+"),
+          F("batch_index_error_message", "string", "8+", nullable="8+", default=None)),
+        F("error_message", "string", "8+", nullable="8+", default=None))),
+    F("throttle_time_ms", "int32", "1+", default=0),
+)
+
+_FETCH_REQUEST = (
+    F("replica_id", "int32", "0-14", default=-1),
+    F("max_wait_ms", "int32", "0+"),
+    F("min_bytes", "int32", "0+"),
+    F("max_bytes", "int32", "3+", default=0x7FFFFFFF),
+    F("isolation_level", "int8", "4+", default=0),
+    F("session_id", "int32", "7+", default=0),
+    F("session_epoch", "int32", "7+", default=-1),
+    F("topics", "[]FetchTopic", "0+",
+      F("topic", "string", "0-12"),
+      F("partitions", "[]FetchPartition", "0+",
+        F("partition", "int32", "0+"),
+        F("current_leader_epoch", "int32", "9+", default=-1),
+        F("fetch_offset", "int64", "0+"),
+        F("log_start_offset", "int64", "5+", default=-1),
+        F("partition_max_bytes", "int32", "0+"))),
+    F("forgotten_topics_data", "[]ForgottenTopic", "7+",
+      F("topic", "string", "7-12"),
+      F("partitions", "[]int32", "7+")),
+    F("rack_id", "string", "11+", default=""),
+)
+_FETCH_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "7+"),
+    F("session_id", "int32", "7+", default=0),
+    F("responses", "[]FetchableTopicResponse", "0+",
+      F("topic", "string", "0-12"),
+      F("partitions", "[]PartitionData", "0+",
+        F("partition_index", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+        F("high_watermark", "int64", "0+"),
+        F("last_stable_offset", "int64", "4+", default=-1),
+        F("log_start_offset", "int64", "5+", default=-1),
+        F("aborted_transactions", "[]AbortedTransaction", "4+",
+          F("producer_id", "int64", "4+"),
+          F("first_offset", "int64", "4+"),
+          nullable="4+"),
+        F("preferred_read_replica", "int32", "11+", default=-1),
+        F("records", "records", "0+", nullable="0+"))),
+)
+
+_LIST_OFFSETS_REQUEST = (
+    F("replica_id", "int32", "0+"),
+    F("isolation_level", "int8", "2+"),
+    F("topics", "[]ListOffsetsTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]ListOffsetsPartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("current_leader_epoch", "int32", "4+", default=-1),
+        F("timestamp", "int64", "0+"))),
+)
+_LIST_OFFSETS_RESPONSE = (
+    F("throttle_time_ms", "int32", "2+"),
+    F("topics", "[]ListOffsetsTopicResponse", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]ListOffsetsPartitionResponse", "0+",
+        F("partition_index", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+        F("timestamp", "int64", "1+", default=-1),
+        F("offset", "int64", "1+", default=-1),
+        F("leader_epoch", "int32", "4+", default=-1))),
+)
+
+_FIND_COORDINATOR_REQUEST = (
+    F("key", "string", "0-3"),
+    F("key_type", "int8", "1+", default=0),
+)
+_FIND_COORDINATOR_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0-3"),
+    F("error_message", "string", "1-3", nullable="1-3"),
+    F("node_id", "int32", "0-3"),
+    F("host", "string", "0-3"),
+    F("port", "int32", "0-3"),
+)
+
+_OFFSET_COMMIT_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("generation_id_or_member_epoch", "int32", "1+", default=-1),
+    F("member_id", "string", "1+"),
+    F("group_instance_id", "string", "7+", nullable="7+", default=None),
+    F("retention_time_ms", "int64", "2-4", default=-1),
+    F("topics", "[]OffsetCommitRequestTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]OffsetCommitRequestPartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("committed_offset", "int64", "0+"),
+        F("committed_leader_epoch", "int32", "6+", default=-1),
+        F("committed_metadata", "string", "0+", nullable="0+"))),
+)
+_OFFSET_COMMIT_RESPONSE = (
+    F("throttle_time_ms", "int32", "3+"),
+    F("topics", "[]OffsetCommitResponseTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]OffsetCommitResponsePartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("error_code", "int16", "0+"))),
+)
+
+_OFFSET_FETCH_REQUEST = (
+    F("group_id", "string", "0-7"),
+    # v2+: null means all topics the group has offsets for.
+    F("topics", "[]OffsetFetchRequestTopic", "0-7",
+      F("name", "string", "0-7"),
+      F("partition_indexes", "[]int32", "0-7"),
+      nullable="2-7"),
+)
+_OFFSET_FETCH_RESPONSE = (
+    F("throttle_time_ms", "int32", "3+"),
+    F("topics", "[]OffsetFetchResponseTopic", "0-7",
+      F("name", "string", "0-7"),
+      F("partitions", "[]OffsetFetchResponsePartition", "0-7",
+        F("partition_index", "int32", "0-7"),
+        F("committed_offset", "int64", "0-7"),
+        F("committed_leader_epoch", "int32", "5-7", default=-1),
+        F("metadata", "string", "0-7", nullable="0-7"),
+        F("error_code", "int16", "0-7"))),
+    F("error_code", "int16", "2-7", default=0),
+)
+
+_INIT_PRODUCER_ID_REQUEST = (
+    F("transactional_id", "string", "0+", nullable="0+"),
+    F("transaction_timeout_ms", "int32", "0+"),
+)
+_INIT_PRODUCER_ID_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("error_code", "int16", "0+"),
+    F("producer_id", "int64", "0+", default=-1),
+    F("producer_epoch", "int16", "0+"),
+)
+
+_OFFSET_FOR_LEADER_EPOCH_REQUEST = (
+    F("replica_id", "int32", "3+", default=-2),
+    F("topics", "[]OffsetForLeaderTopic", "0+",
+      F("topic", "string", "0+"),
+      F("partitions", "[]OffsetForLeaderPartition", "0+",
+        F("partition", "int32", "0+"),
+        F("current_leader_epoch", "int32", "2+", default=-1),
+        F("leader_epoch", "int32", "0+"))),
+)
+_OFFSET_FOR_LEADER_EPOCH_RESPONSE = (
+    F("throttle_time_ms", "int32", "2+"),
+    F("topics", "[]OffsetForLeaderTopicResult", "0+",
+      F("topic", "string", "0+"),
+      F("partitions", "[]EpochEndOffset", "0+",
+        F("error_code", "int16", "0+"),
+        F("partition", "int32", "0+"),
+        F("leader_epoch", "int32", "1+", default=-1),
+        F("end_offset", "int64", "0+", default=-1))),
+)
+
+_DEFINITIONS = {
+    "Produce": (_PRODUCE_REQUEST, _PRODUCE_RESPONSE),
+    "Fetch": (_FETCH_REQUEST, _FETCH_RESPONSE),
+    "ListOffsets": (_LIST_OFFSETS_REQUEST, _LIST_OFFSETS_RESPONSE),
+    "Metadata": (_METADATA_REQUEST, _METADATA_RESPONSE),
+    "OffsetCommit": (_OFFSET_COMMIT_REQUEST, _OFFSET_COMMIT_RESPONSE),
+    "OffsetFetch": (_OFFSET_FETCH_REQUEST, _OFFSET_FETCH_RESPONSE),
+    "FindCoordinator": (_FIND_COORDINATOR_REQUEST, _FIND_COORDINATOR_RESPONSE),
+    "ApiVersions": (_API_VERSIONS_REQUEST, _API_VERSIONS_RESPONSE),
+    "InitProducerId": (_INIT_PRODUCER_ID_REQUEST, _INIT_PRODUCER_ID_RESPONSE),
+    "OffsetForLeaderEpoch": (_OFFSET_FOR_LEADER_EPOCH_REQUEST, _OFFSET_FOR_LEADER_EPOCH_RESPONSE),
+}
+
+# (api_key, "request" | "response") -> Message
+SCHEMAS: dict[tuple[int, str], Message] = {
+    (API_KEYS[name], kind): Message(name + kind.capitalize(), API_KEYS[name], kind,
+                                    SUPPORTED[API_KEYS[name]], fields)
+    for name, (request, response) in _DEFINITIONS.items()
+    for kind, fields in (("request", request), ("response", response))
+}
+
+# The headers (RequestHeader.json v1, ResponseHeader.json v0).
+REQUEST_HEADER = Message("RequestHeader", -1, "header", (1, 2), (
+    F("request_api_key", "int16", "0+"),
+    F("request_api_version", "int16", "0+"),
+    F("correlation_id", "int32", "0+"),
+    # Always the classic int16-length string, even in flexible header v2 (so that any broker can
+    # read the header of an ApiVersions request newer than it knows).
+    F("client_id", "string", "1+", nullable="1+"),
+))
+RESPONSE_HEADER = Message("ResponseHeader", -1, "header", (0, 0), (
+    F("correlation_id", "int32", "0+"),
+))
+
+
+# ---- primitive codecs ----
+
+_INTS = {
+    "int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "int32": struct.Struct(">i"),
+    "int64": struct.Struct(">q"), "uint16": struct.Struct(">H"),
+}
+_I16 = _INTS["int16"]
+_I32 = _INTS["int32"]
+
+
+class _Fault(Exception):
+    """Internal: what went wrong, plus the field path collected while the walk unwinds."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+        self.path: list[str | int] = []
+
+
+def _path_text(path: list[str | int]) -> str:
+    out = ""
+    for part in reversed(path):
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _plan(fields: tuple[Field, ...], version: int) -> tuple[tuple[Field, bool], ...]:
+    """The fields a version carries, in wire order, each with its nullability in that version."""
+    return tuple((f, f.nullable_in(version)) for f in fields if f.in_version(version))
+
+
+@lru_cache(maxsize=None)
+def _names(fields: tuple[Field, ...]) -> frozenset[str]:
+    return frozenset(f.name for f in fields)
+
+
+# ---- the encoder ----
+
+class _Out:
+    """Byte chunks under construction; file slices (objects with `.size`) become chunks of their own."""
+
+    def __init__(self, allow_slices: bool):
+        self.chunks: list[bytes | object] = []
+        self.buf = bytearray()
+        self.allow_slices = allow_slices
+
+    def slice(self, obj: Any) -> None:
+        size = obj.size
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= 0x7FFFFFFF:
+            raise _Fault(f"records slice has an invalid size {size!r}")
+        self.buf += _I32.pack(size)
+        if size:  # an empty slice is just its length: no zero-byte sendfile
+            self.chunks.append(bytes(self.buf))
+            self.chunks.append(obj)
+            self.buf = bytearray()
+
+    def finish(self) -> list[bytes | object]:
+        if self.buf or not self.chunks:
+            self.chunks.append(bytes(self.buf))
+        return self.chunks
+
+
+def _encode_value(out: _Out, type_: str, value: Any, nullable: bool) -> None:
+    buf = out.buf
+    codec = _INTS.get(type_)
+    if codec is not None:
+        if not isinstance(value, int):
+            raise _Fault(f"{type_} value must be an int, got {type(value).__name__} {value!r}")
+        try:
+            buf += codec.pack(value)
+        except struct.error:
+            raise _Fault(f"{value} does not fit in {type_}") from None
+    elif type_ == "bool":
+        if not isinstance(value, int):  # bool is an int subclass
+            raise _Fault(f"bool value must be a bool, got {type(value).__name__} {value!r}")
+        buf.append(1 if value else 0)
+    elif value is None:
+        if not nullable:
+            raise _Fault(f"null is not allowed ({type_} is not nullable in this version)")
+        buf += _I16.pack(-1) if type_ == "string" else _I32.pack(-1)
+    elif type_ == "string":
+        if not isinstance(value, str):
+            raise _Fault(f"string value must be a str, got {type(value).__name__} {value!r}")
+        data = value.encode("utf-8")
+        if len(data) > 0x7FFF:
+            raise _Fault(f"string of {len(data)} bytes is longer than 32767")
+        buf += _I16.pack(len(data))
+        buf += data
+    elif isinstance(value, (bytes, bytearray, memoryview)):  # bytes, or records held in memory
+        data = memoryview(value).cast("B")
+        buf += _I32.pack(len(data))
+        buf += data
+    elif type_ == "records" and hasattr(value, "size"):
+        if not out.allow_slices:
+            raise _Fault("a records slice can only be encoded by encode_response")
+        out.slice(value)
+    else:
+        raise _Fault(f"{type_} value must be bytes, got {type(value).__name__}")
+
+
+def _encode_struct(out: _Out, fields: tuple[Field, ...], body: Any, version: int) -> None:
+    if not isinstance(body, dict):
+        raise _Fault(f"expected a dict, got {type(body).__name__}")
+    unknown = body.keys() - _names(fields)
+    if unknown:
+        raise _Fault(f"unknown field(s) {sorted(unknown)}; known: {[f.name for f in fields]}")
+    for field, nullable in _plan(fields, version):
+        value = body.get(field.name, field.default)
+        try:
+            if not field.is_array:
+                _encode_value(out, field.type, value, nullable)
+            elif value is None:
+                if not nullable:
+                    raise _Fault("null is not allowed (array is not nullable in this version)")
+                out.buf += _I32.pack(-1)
+            else:
+                if not isinstance(value, (list, tuple)):
+                    raise _Fault(f"array value must be a list, got {type(value).__name__}")
+                out.buf += _I32.pack(len(value))
+                element_type = field.element_type
+                for i, element in enumerate(value):
+                    try:
+                        if element_type is None:
+                            _encode_struct(out, field.fields, element, version)
+                        else:
+                            _encode_value(out, element_type, element, False)
+                    except _Fault as e:
+                        e.path.append(i)
+                        raise
+        except _Fault as e:
+            e.path.append(field.name)
+            raise
+
+
+def _encode(message: Message, version: int, body: dict, out: _Out) -> None:
+    try:
+        _encode_struct(out, message.fields, body, version)
+    except _Fault as e:
+        where = f" in {_path_text(e.path)}" if e.path else ""
+        raise ProtocolError(f"cannot encode {message.name} v{version}{where}: {e.what}") from None
+
+
+# ---- the decoder ----
+
+def _truncated(buf, pos: int, n: int, what: str) -> _Fault:
+    return _Fault(f"truncated: {what} needs {n} bytes at byte {pos}, only {max(len(buf) - pos, 0)} left")
+
+
+def _decode_value(buf, pos: int, type_: str, nullable: bool) -> tuple[Any, int]:
+    codec = _INTS.get(type_)
+    if codec is not None:
+        if pos + codec.size > len(buf):
+            raise _truncated(buf, pos, codec.size, type_)
+        return codec.unpack_from(buf, pos)[0], pos + codec.size
+    if type_ == "bool":
+        if pos >= len(buf):
+            raise _truncated(buf, pos, 1, type_)
+        return buf[pos] != 0, pos + 1
+    start = pos
+    length = _I16 if type_ == "string" else _I32       # bytes and records: int32 length
+    if pos + length.size > len(buf):
+        raise _truncated(buf, pos, length.size, f"{type_} length")
+    n = length.unpack_from(buf, pos)[0]
+    pos += length.size
+    if n < 0:
+        if n == -1 and nullable:
+            return None, pos
+        raise _Fault(f"{type_} length {n} at byte {start} " + (
+            "means null, but the field is not nullable in this version" if n == -1
+            else "cannot be negative"))
+    if pos + n > len(buf):
+        raise _truncated(buf, pos, n, f"{type_} of length {n}")
+    if type_ == "string":
+        try:
+            return str(buf[pos:pos + n], "utf-8"), pos + n
+        except UnicodeDecodeError as e:
+            raise _Fault(f"string at byte {pos} is not valid UTF-8 ({e.reason})") from None
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _decode_struct(buf, pos: int, fields: tuple[Field, ...], version: int) -> tuple[dict, int]:
+    body: dict[str, Any] = {}
+    present = _plan(fields, version)
+    for field, nullable in present:
+        try:
+            if not field.is_array:
+                body[field.name], pos = _decode_value(buf, pos, field.type, nullable)
+                continue
+            if pos + 4 > len(buf):
+                raise _truncated(buf, pos, 4, "array length")
+            n = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+            if n < 0:
+                if n == -1 and nullable:
+                    body[field.name] = None
+                    continue
+                raise _Fault(f"array length {n} at byte {pos - 4} " + (
+                    "means null, but the array is not nullable in this version" if n == -1
+                    else "cannot be negative"))
+            if n > len(buf) - pos:  # every element takes at least one byte
+                raise _Fault(f"truncated: array of {n} elements at byte {pos - 4}, "
+                             f"only {len(buf) - pos} bytes left")
+            items = []
+            element_type = field.element_type
+            for i in range(n):
+                try:
+                    if element_type is None:
+                        item, pos = _decode_struct(buf, pos, field.fields, version)
+                    else:
+                        item, pos = _decode_value(buf, pos, element_type, False)
+                except _Fault as e:
+                    e.path.append(i)
+                    raise
+                items.append(item)
+            body[field.name] = items
+        except _Fault as e:
+            e.path.append(field.name)
+            raise
+    if len(present) != len(fields):  # fields this version lacks: Kafka's defaults
+        for field in fields:
+            if field.name not in body:
+                body[field.name] = field.default_value()
+    return body, pos
+
+
+def _decode(message: Message, version: int, frame, offset: int, whole: bool = True) -> tuple[dict, int]:
+    try:
+        body, pos = _decode_struct(frame, offset, message.fields, version)
+    except _Fault as e:
+        where = f" field {_path_text(e.path)}" if e.path else ""
+        raise ProtocolError(f"{message.name} v{version}{where}: {e.what}") from None
+    if whole and pos != len(frame):
+        last = [f.name for f, _ in _plan(message.fields, version)]
+        after = f"after the last field ({last[-1]})" if last else "after the (empty) body"
+        raise ProtocolError(f"{message.name} v{version}: {len(frame) - pos} unexpected bytes "
+                            f"{after} at byte {pos} of {len(frame)}")
+    return body, pos
+
+
+def _message(api_key: int, version: int, kind: str) -> Message:
+    message = SCHEMAS.get((api_key, kind))
+    if message is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key} ({kind}); "
+                                      f"implemented: {sorted(SUPPORTED)}")
+    lo, hi = message.versions
+    if not (isinstance(version, int) and lo <= version <= hi):
+        raise UnsupportedVersionError(f"{message.name} v{version} is not implemented "
+                                      f"(versions {lo}-{hi})")
+    return message
+
+
+# ---- varints (only to skip the tagged-field section of a flexible request header) ----
+
+def _read_uvarint(buf, pos: int, what: str) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(5):
+        if pos >= len(buf):
+            raise _truncated(buf, pos, 1, what)
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    raise _Fault(f"{what}: unsigned varint longer than 5 bytes at byte {pos - 5}")
+
+
+# ---- the public interface ----
+
+@dataclass
+class RequestHeader:
+    """Kafka's RequestHeaderData (v1, or v2 with its tagged fields skipped)."""
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes the header took: the body starts at frame[size]
+
+
+def decode_request_header(frame: bytes) -> RequestHeader:
+    """Read the header of a request frame (without its int32 size prefix).
+
+    Header v1 is api_key, api_version, correlation_id, client_id. For an API's flexible versions
+    (FLEXIBLE_FROM) the header is v2 and ends in a tagged-field section, skipped here, so that a
+    too-new ApiVersions request can still be answered. An unknown api key is read as header v1.
+    """
+    try:
+        fields, pos = _decode_struct(frame, 0, REQUEST_HEADER.fields, 1)
+        api_key, api_version = fields["request_api_key"], fields["request_api_version"]
+        if api_key in FLEXIBLE_FROM and api_version >= FLEXIBLE_FROM[api_key]:
+            count, pos = _read_uvarint(frame, pos, "tagged field count")
+            for i in range(count):
+                tag, pos = _read_uvarint(frame, pos, f"tag of tagged field {i}")
+                size, pos = _read_uvarint(frame, pos, f"size of tagged field {tag}")
+                if pos + size > len(frame):
+                    raise _truncated(frame, pos, size, f"tagged field {tag}")
+                pos += size
+    except _Fault as e:
+        where = f" field {_path_text(e.path)}" if e.path else ""
+        raise ProtocolError(f"RequestHeader{where}: {e.what}") from None
+    return RequestHeader(api_key, api_version, fields["correlation_id"], fields["client_id"], pos)
+
+
+def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> dict:
+    """Decode the request body that starts at `offset` and must end exactly at the frame's end."""
+    return _decode(_message(api_key, version, "request"), version, frame, offset)[0]
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: dict) -> bytes:
+    """Header v1 + body, without the int32 size prefix. Records must be bytes or None here."""
+    message = _message(api_key, version, "request")
+    out = _Out(allow_slices=False)
+    _encode(REQUEST_HEADER, 1, {"request_api_key": api_key, "request_api_version": version,
+                                "correlation_id": correlation_id, "client_id": client_id}, out)
+    _encode(message, version, body, out)
+    return bytes(out.buf)
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> list[bytes | object]:
+    """Response header v0 + body, without the size prefix, as chunks for the network layer.
+
+    Byte chunks are `bytes`; a `records` value with a `.size` (a file slice) is emitted as its own
+    chunk right after the byte chunk that ends with its int32 length, and encoding continues in a
+    new byte chunk. Without slices the result is a single bytes chunk. A slice of size 0 is written
+    as its length only (no chunk). The total length is sum(len(bytes chunk)) + sum(slice.size).
+    """
+    message = _message(api_key, version, "response")
+    out = _Out(allow_slices=True)
+    _encode(RESPONSE_HEADER, 0, {"correlation_id": correlation_id}, out)
+    _encode(message, version, body, out)
+    return out.finish()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, dict]:
+    """(correlation_id, body) of a response frame (without its size prefix).
+
+    As Kafka's client does (ApiVersionsResponse.parse), an ApiVersions response that does not
+    parse at the requested version is read again as v0: a broker answers a too-new ApiVersions
+    request with a v0 body carrying UNSUPPORTED_VERSION.
+    """
+    message = _message(api_key, version, "response")
+    header, pos = _decode(RESPONSE_HEADER, 0, frame, 0, whole=False)
+    try:
+        body = _decode(message, version, frame, pos)[0]
+    except ProtocolError as error:
+        if api_key != API_KEYS["ApiVersions"] or version == 0:
+            raise
+        try:
+            body = _decode(message, 0, frame, pos)[0]
+        except ProtocolError:
+            raise error from None
+        if body["error_code"] == 0:
+            raise error from None
+    return header["correlation_id"], body
+
+
+def encode_api_versions_unsupported(correlation_id: int) -> bytes:
+    """The answer to an ApiVersions request newer than v2: a v0 body, UNSUPPORTED_VERSION (35),
+    listing every API implemented here (Kafka lists only ApiVersions' own range; clients read
+    that entry and retry with its max version)."""
+    body = {"error_code": ERRORS["UNSUPPORTED_VERSION"],
+            "api_keys": [{"api_key": key, "min_version": lo, "max_version": hi}
+                         for key, (lo, hi) in sorted(SUPPORTED.items())]}
+    return encode_response(API_KEYS["ApiVersions"], 0, correlation_id, body)[0]
+
+
+def default_body(api_key: int, version: int, kind: str) -> dict:
+    """Every field of the message at its default (arrays empty), as `decode_*` would return it."""
+    message = _message(api_key, version, kind)
+    return {field.name: field.default_value() for field in message.fields}

@@ -1,0 +1,551 @@
+"""`kstore serve`: the broker on the network, speaking Kafka's binary protocol.
+
+Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
+* frames are an int32 size followed by a request (header v1: api key, version, correlation id,
+  client id); a size above `socket.request.max.bytes`, a negative size, a header or body that does
+  not parse, or a client that stalls mid-frame closes *that* connection only;
+* each connection's requests are answered in order (pipelining allowed); many connections are
+  served concurrently by one asyncio event loop, which also runs the broker's timers;
+* Produce stores producer batches as sent (base offset and leader epoch rewritten, CRC checked:
+  CORRUPT_MESSAGE otherwise); acks=0 gets no response;
+* **Fetch is zero-copy**: the response header is written from memory, and each partition's record
+  bytes go from the segment file to the socket with `os.sendfile` — never through Python bytes.
+  `zero_copy=False` reads them into memory and sends them (the copy path chapter 11 compares).
+  A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
+The wire structs come from the schema-driven codec in `kstore.protocol`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from . import protocol as P
+from .broker import Broker, normalize_acks
+from .errors import (CorruptRecordError, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
+                     NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
+from .file_records import FileSlice
+from .group_coordinator import OffsetAndMetadata
+from .log import Isolation
+from .topic import validate_topic_name
+
+API = P.API_KEYS
+E = P.ERRORS
+
+
+@dataclass
+class ServerStats:
+    connections_opened: int = 0
+    connections_closed: int = 0
+    requests: int = 0
+    closed_for_errors: int = 0
+    bytes_sent_sendfile: int = 0
+    bytes_sent_copy: int = 0
+
+
+def error_code(e: BaseException) -> int:
+    return getattr(e, "error_code", E["UNKNOWN_SERVER_ERROR"])
+
+
+class KafkaServer:
+    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
+                 zero_copy: bool = True, max_request_size: int = 104857600,
+                 idle_timeout_s: float = 600.0, advertised_host: str | None = None):
+        self.broker = broker
+        self.host, self.port = host, port
+        self.advertised_host = advertised_host or host
+        self.zero_copy = zero_copy
+        self.max_request_size = max_request_size          # socket.request.max.bytes
+        self.idle_timeout_s = idle_timeout_s              # connections.max.idle.ms
+        self.stats = ServerStats()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: socket.socket | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._data_waiters: set[asyncio.Event] = set()
+        self._unsubscribe = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start_in_thread(self) -> "KafkaServer":
+        """Run the server on its own thread (for notebooks and tests); returns once listening."""
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), daemon=True,
+                                        name=f"kstore-server-{self.port}")
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise KStoreError("the server did not start listening")
+        if self._startup_error is not None:
+            raise self._startup_error
+        return self
+
+    _startup_error: BaseException | None = None
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError as e:
+            self._startup_error = KStoreError(f"cannot listen on {self.host}:{self.port}: {e}")
+            self._ready.set()
+            return
+        self._listener = sock
+        self.port = sock.getsockname()[1]
+        if threading.current_thread() is threading.main_thread():
+            import signal
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._stop_event.set)
+        self._unsubscribe = self.broker.events.subscribe(
+            lambda ev: self._loop.call_soon_threadsafe(self._wake_fetches),
+            kinds={"append", "high_watermark"})
+        timers = asyncio.create_task(self._timers())
+        accept = asyncio.create_task(self._accept_loop())
+        self._ready.set()
+        await self._stop_event.wait()
+        accept.cancel()
+        timers.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(accept, timers, *self._tasks, return_exceptions=True)
+        sock.close()
+        if self._unsubscribe:
+            self._unsubscribe()
+
+    def stop(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop_event.set)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    async def _timers(self) -> None:
+        """The broker's scheduled tasks (retention, cleaner, checkpoints) on the event loop."""
+        while True:
+            try:
+                self.broker.logs.scheduler.run_due()
+                self.broker.replica_manager.check_purgatory()
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+
+    def _wake_fetches(self) -> None:
+        for waiter in list(self._data_waiters):
+            waiter.set()
+
+    # ------------------------------------------------------------------ connections
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(self._listener)
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.stats.connections_opened += 1
+            task = asyncio.create_task(self._connection(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _recv_exactly(self, conn: socket.socket, n: int, first: bool) -> bytes | None:
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = await asyncio.wait_for(loop.sock_recv(conn, min(n - len(buf), 1 << 20)),
+                                               self.idle_timeout_s)
+            except asyncio.TimeoutError:
+                return None    # idle, or stalled in the middle of a frame: close
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    async def _connection(self, conn: socket.socket) -> None:
+        try:
+            while True:
+                size_bytes = await self._recv_exactly(conn, 4, first=True)
+                if size_bytes is None:
+                    return
+                (size,) = struct.unpack(">i", size_bytes)
+                if size < 0 or size > self.max_request_size:
+                    self.stats.closed_for_errors += 1
+                    return   # Kafka: InvalidReceiveException, the connection is closed
+                frame = await self._recv_exactly(conn, size, first=False)
+                if frame is None:
+                    return
+                try:
+                    chunks = await self._handle(frame)
+                except P.ProtocolError:
+                    self.stats.closed_for_errors += 1
+                    return   # a request that does not parse closes its connection
+                self.stats.requests += 1
+                if chunks is not None:
+                    await self._send(conn, chunks)
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            return
+        finally:
+            self.stats.connections_closed += 1
+            conn.close()
+
+    async def _send(self, conn: socket.socket, chunks: list) -> None:
+        loop = asyncio.get_running_loop()
+        total = sum(len(c) if isinstance(c, (bytes, bytearray)) else c.size for c in chunks)
+        await loop.sock_sendall(conn, struct.pack(">i", total))
+        for chunk in chunks:
+            if isinstance(chunk, (bytes, bytearray)):
+                await loop.sock_sendall(conn, chunk)
+            elif self.zero_copy:
+                await self._sendfile(conn, chunk)
+            else:
+                data = chunk.read_bytes()            # the copy path: through user space
+                await loop.sock_sendall(conn, data)
+                self.stats.bytes_sent_copy += len(data)
+
+    async def _sendfile(self, conn: socket.socket, piece: FileSlice) -> None:
+        """Page cache → socket with os.sendfile (Kafka's FileChannel.transferTo)."""
+        loop = asyncio.get_running_loop()
+        sent = 0
+        while sent < piece.size:
+            try:
+                n = os.sendfile(conn.fileno(), piece.file.fd, piece.position + sent, piece.size - sent)
+            except BlockingIOError:
+                n = -1
+            except OSError as e:
+                if e.errno == errno.EAGAIN:
+                    n = -1
+                else:
+                    raise
+            if n == 0:
+                raise ConnectionError("the segment file is shorter than the slice being sent")
+            if n < 0:
+                fut = loop.create_future()
+                loop.add_writer(conn.fileno(), lambda: fut.done() or fut.set_result(None))
+                try:
+                    await fut
+                finally:
+                    loop.remove_writer(conn.fileno())
+                continue
+            sent += n
+        self.stats.bytes_sent_sendfile += sent
+
+    # ------------------------------------------------------------------ dispatch
+    async def _handle(self, frame: bytes) -> list | None:
+        header = P.decode_request_header(frame)
+        key, version = header.api_key, header.api_version
+        if key == API["ApiVersions"] and version > P.SUPPORTED[key][1]:
+            return [P.encode_api_versions_unsupported(header.correlation_id)]
+        if key not in P.SUPPORTED or not P.SUPPORTED[key][0] <= version <= P.SUPPORTED[key][1]:
+            # No body of that API/version can be built: the correlation id and the error code.
+            return [struct.pack(">ih", header.correlation_id, E["UNSUPPORTED_VERSION"])]
+        body = P.decode_request(key, version, frame, header.size)
+        handler = self._handlers()[key]
+        response = await handler(version, body, header)
+        if response is None:
+            return None
+        return P.encode_response(key, version, header.correlation_id, response)
+
+    def _handlers(self) -> dict:
+        return {API["ApiVersions"]: self._api_versions, API["Metadata"]: self._metadata,
+                API["Produce"]: self._produce, API["Fetch"]: self._fetch,
+                API["ListOffsets"]: self._list_offsets, API["FindCoordinator"]: self._find_coordinator,
+                API["OffsetCommit"]: self._offset_commit, API["OffsetFetch"]: self._offset_fetch,
+                API["InitProducerId"]: self._init_producer_id,
+                API["OffsetsForLeaderEpoch"]: self._offsets_for_leader_epoch}
+
+    # ------------------------------------------------------------------ APIs
+    async def _api_versions(self, version, body, header) -> dict:
+        return {"error_code": 0, "throttle_time_ms": 0,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, (lo, hi) in sorted(P.SUPPORTED.items())]}
+
+    def _broker_list(self) -> list[dict]:
+        out = []
+        for b in self.broker.metadata.children("/brokers/ids"):
+            node = self.broker.metadata.get(f"/brokers/ids/{b}")
+            out.append({"node_id": int(b), "host": node["host"] if int(b) != self.broker.broker_id
+                        else self.advertised_host,
+                        "port": node["port"] if int(b) != self.broker.broker_id else self.port,
+                        "rack": None})
+        return out
+
+    async def _metadata(self, version, body, header) -> dict:
+        requested = body.get("topics")
+        allow_create = body.get("allow_auto_topic_creation", True)
+        names = (self.broker.topics(include_internal=True) if requested is None
+                 else [t["name"] for t in requested])
+        topics = []
+        for name in names:
+            topics.append(self._topic_metadata(name, allow_create and requested is not None))
+        return {"throttle_time_ms": 0, "brokers": self._broker_list(),
+                "cluster_id": self.broker.cluster_id,
+                "controller_id": (self.broker.metadata.get("/controller") or {}).get("brokerid", -1),
+                "topics": topics, "cluster_authorized_operations": -2147483648}
+
+    def _topic_metadata(self, name: str, allow_create: bool) -> dict:
+        empty = {"name": name, "is_internal": False, "partitions": [],
+                 "topic_authorized_operations": -2147483648}
+        try:
+            validate_topic_name(name)
+        except KStoreError:
+            return {**empty, "error_code": E["INVALID_TOPIC_EXCEPTION"]}
+        if self.broker.metadata.topic(name) is None:
+            if allow_create and self.broker.config["auto.create.topics.enable"]:
+                try:
+                    self.broker.ensure_topic(name)
+                except KStoreError as e:
+                    return {**empty, "error_code": error_code(e)}
+            else:
+                return {**empty, "error_code": E["UNKNOWN_TOPIC_OR_PARTITION"]}
+        info = self.broker.describe_topic(name)
+        return {"error_code": 0, "name": name, "is_internal": info.internal,
+                "topic_authorized_operations": -2147483648,
+                "partitions": [{"error_code": 0 if p.leader >= 0 else E["LEADER_NOT_AVAILABLE"],
+                                "partition_index": p.partition, "leader_id": p.leader,
+                                "leader_epoch": p.leader_epoch, "replica_nodes": p.replicas,
+                                "isr_nodes": p.isr, "offline_replicas": []}
+                               for p in info.partitions]}
+
+    async def _produce(self, version, body, header) -> dict | None:
+        acks = body["acks"]
+        responses = []
+        waiting = []
+        try:
+            normalize_acks(acks)
+            acks_error = None
+        except InvalidRequiredAcksError:
+            acks_error = E["INVALID_REQUIRED_ACKS"]
+        for topic in body["topic_data"]:
+            parts = []
+            for pd in topic["partition_data"]:
+                entry = {"index": pd["index"], "error_code": 0, "base_offset": -1,
+                         "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+                         "error_message": None}
+                parts.append(entry)
+                if acks_error is not None:
+                    entry["error_code"] = acks_error
+                    continue
+                try:
+                    result = self.broker.produce_request(topic["name"], pd["index"],
+                                                         pd["records"] or b"", acks,
+                                                         body.get("timeout_ms", 30000))
+                except KStoreError as e:
+                    entry["error_code"], entry["error_message"] = self._produce_error(e, version), str(e)
+                    continue
+                waiting.append((entry, result))
+            responses.append({"name": topic["name"], "partition_responses": parts})
+        for entry, result in waiting:
+            while not result.done:   # acks=all in a cluster: wait for the ISR without blocking others
+                await asyncio.sleep(0.002)
+            if result.error is not None:
+                entry["error_code"] = self._produce_error(result.error, version)
+                entry["error_message"] = str(result.error)
+            if result.info is not None:
+                entry["base_offset"] = result.info.first_offset
+                entry["log_append_time_ms"] = result.info.log_append_time
+                entry["log_start_offset"] = result.info.log_start_offset
+        if acks == 0:
+            return None   # acks=0: no response at all
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    @staticmethod
+    def _produce_error(e: BaseException, version: int) -> int:
+        if isinstance(e, InvalidRecordError) and version < 8:
+            return E["CORRUPT_MESSAGE"]
+        return error_code(e)
+
+    async def _fetch(self, version, body, header) -> dict:
+        deadline = time.monotonic() + max(body.get("max_wait_ms", 0), 0) / 1000
+        min_bytes = body.get("min_bytes", 1)
+        waiter = asyncio.Event()
+        self._data_waiters.add(waiter)
+        try:
+            while True:
+                waiter.clear()
+                responses, total = self._read_fetch(body)
+                remaining = deadline - time.monotonic()
+                if total >= min_bytes or remaining <= 0 or self._has_errors(responses):
+                    break
+                try:
+                    await asyncio.wait_for(waiter.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._data_waiters.discard(waiter)
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+    @staticmethod
+    def _has_errors(responses) -> bool:
+        return any(p["error_code"] for t in responses for p in t["partitions"])
+
+    def _read_fetch(self, body) -> tuple[list, int]:
+        isolation = Isolation.HIGH_WATERMARK
+        remaining = body.get("max_bytes", 52428800)
+        replica_id = body.get("replica_id", -1)
+        total, first_with_data = 0, True
+        responses = []
+        for topic in body["topics"]:
+            parts = []
+            for fp in topic["partitions"]:
+                entry = {"partition_index": fp["partition"], "error_code": 0, "high_watermark": -1,
+                         "last_stable_offset": -1, "log_start_offset": -1,
+                         "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+                parts.append(entry)
+                try:
+                    if replica_id >= 0:
+                        self._follower_fetch(topic["topic"], fp, entry, replica_id)
+                        continue
+                    log = self.broker.leader_log(topic["topic"], fp["partition"])
+                    limit = min(fp["partition_max_bytes"], remaining)
+                    data = log.read(fp["fetch_offset"], limit, isolation, min_one_message=first_with_data)
+                    entry["high_watermark"] = entry["last_stable_offset"] = log.high_watermark
+                    entry["log_start_offset"] = log.log_start_offset
+                    if data.records is not None and data.records.size > 0:
+                        entry["records"] = data.records
+                        total += data.records.size
+                        remaining = max(0, remaining - data.records.size)
+                        first_with_data = False
+                    else:
+                        entry["records"] = b""
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+            responses.append({"topic": topic["topic"], "partitions": parts})
+        return responses, total
+
+    def _follower_fetch(self, topic: str, fp: dict, entry: dict, replica_id: int) -> None:
+        """A follower broker fetching over the network (replica_id ≥ 0): LOG_END isolation, and its
+        fetch offset reports its LEO to the leader."""
+        p = self.broker.replica_manager.partition(topic, fp["partition"])
+        result = p.fetch_records(replica_id, fp["fetch_offset"], fp["partition_max_bytes"],
+                                 current_leader_epoch=fp.get("current_leader_epoch", -1))
+        self.broker.replica_manager.check_purgatory()
+        entry["high_watermark"] = entry["last_stable_offset"] = result.high_watermark
+        entry["log_start_offset"] = result.log_start_offset
+        entry["records"] = result.data.records if result.data and result.data.records else b""
+
+    async def _list_offsets(self, version, body, header) -> dict:
+        topics = []
+        for topic in body["topics"]:
+            parts = []
+            for lp in topic["partitions"]:
+                entry = {"partition_index": lp["partition_index"], "error_code": 0,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                try:
+                    found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"])
+                    entry["timestamp"], entry["offset"] = found.timestamp, found.offset
+                    entry["leader_epoch"] = -1 if found.leader_epoch is None else found.leader_epoch
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+                parts.append(entry)
+            topics.append({"name": topic["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def _find_coordinator(self, version, body, header) -> dict:
+        self.broker.group_coordinator   # creates __consumer_offsets on first use
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "node_id": self.broker.broker_id, "host": self.advertised_host, "port": self.port}
+
+    async def _offset_commit(self, version, body, header) -> dict:
+        coordinator = self.broker.group_coordinator
+        group = body["group_id"]
+        retention = body.get("retention_time_ms", -1)
+        now = self.broker.clock.milliseconds()
+        expire = now + retention if retention is not None and retention >= 0 else None
+        topics, valid = [], {}
+        for topic in body["topics"]:
+            parts = []
+            for cp in topic["partitions"]:
+                entry = {"partition_index": cp["partition_index"], "error_code": 0}
+                parts.append(entry)
+                tp = (topic["name"], cp["partition_index"])
+                try:
+                    self.broker.get_log(*tp)
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+                    continue
+                metadata = cp.get("committed_metadata") or ""
+                if len(metadata.encode()) > coordinator.config.offset_metadata_max_bytes:
+                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
+                    continue
+                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
+                                              cp.get("committed_leader_epoch", -1))
+            topics.append({"name": topic["name"], "partitions": parts})
+        if not group:
+            for t in topics:
+                for p in t["partitions"]:
+                    p["error_code"] = E["INVALID_GROUP_ID"]
+        elif valid:
+            try:
+                coordinator.commit_offsets(group, valid, expire_timestamp=expire)
+            except KStoreError as e:
+                for t in topics:
+                    for p in t["partitions"]:
+                        if (t["name"], p["partition_index"]) in valid:
+                            p["error_code"] = error_code(e)
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def _offset_fetch(self, version, body, header) -> dict:
+        coordinator = self.broker.group_coordinator
+        committed = coordinator.fetch_offsets(body["group_id"])
+        requested = body.get("topics")
+        if requested is None:    # all of the group's topics
+            wanted: dict[str, list[int]] = {}
+            for (t, p) in committed:
+                wanted.setdefault(t, []).append(p)
+        else:
+            wanted = {t["name"]: t["partition_indexes"] for t in requested}
+        topics = []
+        for name, partitions in wanted.items():
+            parts = []
+            for p in partitions:
+                om = committed.get((name, p))
+                parts.append({"partition_index": p, "committed_offset": om.offset if om else -1,
+                              "committed_leader_epoch": om.leader_epoch if om else -1,
+                              "metadata": om.metadata if om else "", "error_code": 0})
+            topics.append({"name": name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics, "error_code": 0}
+
+    async def _init_producer_id(self, version, body, header) -> dict:
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "producer_id": self.broker.allocate_producer_id(), "producer_epoch": 0}
+
+    async def _offsets_for_leader_epoch(self, version, body, header) -> dict:
+        topics = []
+        for topic in body["topics"]:
+            parts = []
+            for op in topic["partitions"]:
+                entry = {"error_code": 0, "partition": op["partition"], "leader_epoch": -1,
+                         "end_offset": -1}
+                try:
+                    epoch, end = self.broker.replica_manager.last_offset_for_leader_epoch(
+                        (topic["topic"], op["partition"]), op["leader_epoch"],
+                        op.get("current_leader_epoch", -1))
+                    entry["leader_epoch"], entry["end_offset"] = epoch, end
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+                parts.append(entry)
+            topics.append({"topic": topic["topic"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+
+def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bool = True,
+          broker_config: dict | None = None) -> None:
+    """Run a broker on `log_dir` until interrupted (the `kstore serve` command)."""
+    broker = Broker(log_dir, config=broker_config, host=host, port=port)
+    server = KafkaServer(broker, host, port, zero_copy=zero_copy)
+    broker.logs.start_retention()
+    broker.logs.start_cleaner()
+    print(f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
+          f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
+    try:
+        asyncio.run(server.serve())
+    finally:
+        broker.shutdown()   # clean shutdown on SIGTERM / Ctrl-C: checkpoints and the marker
+        print("kstore broker stopped cleanly", flush=True)

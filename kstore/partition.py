@@ -103,6 +103,7 @@ class Partition:
     min_insync_replicas: int = 1
     replica_lag_time_max_ms: int = 30000
     remote: dict[int, ReplicaState] = field(default_factory=dict)
+    on_isr_change: object = None     # callback(partition): the leader reports ISR changes (AlterPartition)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     data_arrived: threading.Condition = field(init=False, repr=False)
     hw_changed: threading.Condition = field(init=False, repr=False)
@@ -278,6 +279,8 @@ class Partition:
             return False
         if may_join_isr(state.log_end_offset, self.high_watermark, self.leader_epoch_start_offset):
             self.isr = sorted(self.isr + [replica_id], key=self.replicas.index)
+            if self.on_isr_change is not None:
+                self.on_isr_change(self)
             return True
         return False
 

@@ -104,6 +104,8 @@ class ReplicaManager:
             if p is None:
                 log = self.broker.open_partition_log(topic, partition)
                 p = self.partitions[tp] = Partition(topic, partition, self.broker_id, log, self.clock)
+                p.on_isr_change = lambda part: self.broker.alter_partition_isr(
+                    part.topic, part.partition, part.leader_epoch, part.isr)
             p.min_insync_replicas = p.log.config.min_insync_replicas
             p.replica_lag_time_max_ms = self.config["replica.lag.time.max.ms"]
             was_follower_of = None if p.is_leader else (p.leader_id, p.leader_epoch)

@@ -290,7 +290,9 @@ class Broker:
                     if not self.config["auto.create.topics.enable"] else
                     f"topic '{topic}' does not exist")
             try:
-                self.create_topic(topic)
+                live = len(self.metadata.children("/brokers/ids"))
+                self.create_topic(topic, replication_factor=min(
+                    self.config["default.replication.factor"], max(live, 1)))
             except TopicExistsError:
                 pass   # created meanwhile by another producer
 

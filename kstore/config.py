@@ -259,6 +259,8 @@ _BROKER_KEYS = [
               "How long an acks=all produce waits for the ISR."),
     ConfigKey("auto.create.topics.enable", "boolean", True, None,
               "Create a topic on its first produce."),
+    ConfigKey("default.replication.factor", "int", 1, at_least(1),
+              "Replication factor of an auto-created topic."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

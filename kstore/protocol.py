@@ -57,10 +57,12 @@ class UnsupportedVersionError(ProtocolError):
 
 # ---- ApiKeys: names, the versions implemented here, where flexible versions start ----
 
+# Key 23 is spelled as in kstore's broker ("OffsetsForLeaderEpoch"); Kafka's ApiKeys calls it
+# OFFSET_FOR_LEADER_EPOCH and its messages OffsetForLeaderEpochRequest/Response (see SCHEMAS).
 API_KEYS: dict[str, int] = {
     "Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8,
     "OffsetFetch": 9, "FindCoordinator": 10, "ApiVersions": 18, "InitProducerId": 22,
-    "OffsetForLeaderEpoch": 23,
+    "OffsetsForLeaderEpoch": 23,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
@@ -175,10 +177,10 @@ def F(name: str, type: str, versions: str, *fields: Field, nullable: str | None 
     Defaults follow Kafka's MessageGenerator: 0 / false / "" / empty array / null records unless
     the JSON gives one ("default": "null" is written default=None here).
     """
-    if type.startswith("[]"):
-        assert bool(fields) == (type[2:] not in PRIMITIVES), f"{name}: struct arrays need fields"
-    else:
-        assert type in PRIMITIVES and not fields, f"{name}: unknown type {type}"
+    if type.startswith("[]") and bool(fields) == (type[2:] in PRIMITIVES):
+        raise TypeError(f"{name}: an array of structs needs fields, an array of {type[2:]} none")
+    if not type.startswith("[]") and (type not in PRIMITIVES or fields):
+        raise TypeError(f"{name}: unknown type {type}, or fields on a primitive")
     if default is _NO_DEFAULT:
         default = ([] if type.startswith("[]") else
                    {"bool": False, "string": "", "bytes": b"", "records": None}.get(type, 0))
@@ -430,11 +432,12 @@ _DEFINITIONS = {
     "InitProducerId": (_INIT_PRODUCER_ID_REQUEST, _INIT_PRODUCER_ID_RESPONSE),
     "OffsetForLeaderEpoch": (_OFFSET_FOR_LEADER_EPOCH_REQUEST, _OFFSET_FOR_LEADER_EPOCH_RESPONSE),
 }
+_KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 
-# (api_key, "request" | "response") -> Message
+# (api_key, "request" | "response") -> Message, named as Kafka names it (e.g. "ProduceRequest")
 SCHEMAS: dict[tuple[int, str], Message] = {
-    (API_KEYS[name], kind): Message(name + kind.capitalize(), API_KEYS[name], kind,
-                                    SUPPORTED[API_KEYS[name]], fields)
+    (_KEY_OF[name], kind): Message(name + kind.capitalize(), _KEY_OF[name], kind,
+                                   SUPPORTED[_KEY_OF[name]], fields)
     for name, (request, response) in _DEFINITIONS.items()
     for kind, fields in (("request", request), ("response", response))
 }
@@ -672,10 +675,8 @@ def _decode_struct(buf, pos: int, fields: tuple[Field, ...], version: int) -> tu
         except _Fault as e:
             e.path.append(field.name)
             raise
-    if len(present) != len(fields):  # fields this version lacks: Kafka's defaults
-        for field in fields:
-            if field.name not in body:
-                body[field.name] = field.default_value()
+    if len(present) != len(fields):  # fields this version lacks: Kafka's defaults, in schema order
+        body = {f.name: body[f.name] if f.name in body else f.default_value() for f in fields}
     return body, pos
 
 

@@ -438,6 +438,13 @@ class KafkaServer:
                 entry = {"partition_index": lp["partition_index"], "error_code": 0,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 try:
+                    if body.get("replica_id", -1) >= 0 and lp["timestamp"] in (-1, -2):
+                        # a follower asks for the leader's log end / start, not the HW
+                        log = self.broker.leader_log(topic["name"], lp["partition_index"])
+                        entry["offset"] = (log.log_end_offset if lp["timestamp"] == -1
+                                           else log.log_start_offset)
+                        parts.append(entry)
+                        continue
                     found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"])
                     entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                     entry["leader_epoch"] = -1 if found.leader_epoch is None else found.leader_epoch

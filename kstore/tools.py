@@ -247,7 +247,11 @@ def add_parsers(sub) -> None:
                    help="earliest, latest, max-timestamp or a timestamp in ms")
     g.set_defaults(func=lambda a: get_offsets(a, sys.stdout))
 
-    sv = with_log_dir(sub.add_parser("serve", help="run a broker speaking Kafka's protocol"))
+    sv = sub.add_parser("serve", help="run a broker speaking Kafka's protocol")
+    sv.add_argument("--log-dir", help="the broker's log directory (a single broker)")
+    sv.add_argument("--cluster-dir", help="run as one broker of a multi-broker cluster sharing this "
+                                          "directory (with --broker-id)")
+    sv.add_argument("--broker-id", type=int, default=0)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=9092)
     sv.add_argument("--copy-fetch", action="store_true",
@@ -265,6 +269,17 @@ def add_parsers(sub) -> None:
 
 
 def _serve(args) -> int:
+    if bool(args.log_dir) == bool(args.cluster_dir):
+        raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
+    if args.cluster_dir:
+        from .cluster_node import ClusterNode
+        node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
+                           broker_config=_properties(args.override), zero_copy=not args.copy_fetch)
+        print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "
+              f"{args.host}:{args.port}", flush=True)
+        node.run()
+        print("kstore broker stopped cleanly", flush=True)
+        return 0
     from .server import serve
     serve(args.log_dir, args.host, args.port, zero_copy=not args.copy_fetch,
           broker_config=_properties(args.override))

@@ -23,6 +23,11 @@ from .coordinator_records import (GroupMetadataKey, OffsetCommitKey, OffsetCommi
                                   decode_offset_commit_value, partition_for)
 from .errors import (CommitFailedError, InvalidCommitOffsetError, InvalidGroupIdError,
                      KStoreError, OffsetMetadataTooLargeError, UnknownTopicOrPartitionError)
+
+
+class NotCoordinatorError(KStoreError):
+    """This broker does not lead the group's `__consumer_offsets` partition."""
+    error_code = 16
 from .records import Record, build_batch
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -41,7 +46,7 @@ class OffsetAndMetadata:
 class CoordinatorConfig:
     """Kafka's GroupCoordinatorConfig defaults."""
     offsets_topic_num_partitions: int = 50
-    offsets_topic_replication_factor: int = 1     # Kafka: 3 (capped by the brokers available)
+    offsets_topic_replication_factor: int = 3     # capped by the brokers available
     offsets_topic_segment_bytes: int = 104857600
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
@@ -55,15 +60,19 @@ class GroupCoordinator:
         self.clock = broker.clock
         self._lock = threading.RLock()
         self._cache: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self._loaded_epochs: dict[int, int] = {}
         self._ensure_offsets_topic()
-        self.loaded_records = self._load()
+        self.loaded_records = sum(self._load_partition(p) for p in range(self.num_partitions)
+                                  if self._leads(p))
         self._expiry_task = None
 
     # ---- the internal topic
     def _ensure_offsets_topic(self) -> None:
         if self.broker.metadata.topic(OFFSETS_TOPIC) is None:
+            brokers = len(self.broker.metadata.children("/brokers/ids"))
             self.broker.create_topic(
-                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, 1,
+                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                max(1, min(self.config.offsets_topic_replication_factor, brokers)),
                 {"cleanup.policy": "compact", "compression.type": "producer",
                  "segment.bytes": self.config.offsets_topic_segment_bytes})
         self.num_partitions = self.broker.partition_count(OFFSETS_TOPIC)
@@ -71,15 +80,37 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def _load(self) -> int:
-        """Replay every partition of `__consumer_offsets` into the cache; return records read."""
+    def _leads(self, p: int) -> bool:
+        part = self.broker.replica_manager.partitions.get((OFFSETS_TOPIC, p))
+        return part is not None and part.is_leader
+
+    def coordinator_for(self, group_id: str) -> int:
+        """The broker that leads the group's partition (FindCoordinator's answer); −1 if none."""
+        state = self.broker.metadata.partition_state(OFFSETS_TOPIC, self.partition_for(group_id))
+        return state["leader"] if state else -1
+
+    def _load_partition(self, p: int) -> int:
+        """Replay one partition of `__consumer_offsets` into the cache (on startup, and when this
+        broker becomes its leader); return the records read."""
+        part = self.broker.replica_manager.partition(OFFSETS_TOPIC, p)
+        for group in [g for g in self._cache if self.partition_for(g) == p]:
+            del self._cache[group]
         count = 0
-        for p in range(self.num_partitions):
-            log = self.broker.get_log(OFFSETS_TOPIC, p)
-            for record in log.records():
-                count += 1
-                self._apply(record.key, record.value)
+        for record in part.log.records():
+            count += 1
+            self._apply(record.key, record.value)
+        self._loaded_epochs[p] = part.leader_epoch
         return count
+
+    def _ensure_fresh(self, group_id: str) -> None:
+        p = self.partition_for(group_id)
+        part = self.broker.replica_manager.partitions.get((OFFSETS_TOPIC, p))
+        if part is None or not part.is_leader:
+            raise NotCoordinatorError(
+                f"broker {self.broker.broker_id} is not the coordinator of group '{group_id}' "
+                f"(partition {p} of {OFFSETS_TOPIC} is led by broker {self.coordinator_for(group_id)})")
+        if self._loaded_epochs.get(p) != part.leader_epoch:
+            self._load_partition(p)
 
     def _apply(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         key = decode_key(key_bytes)
@@ -104,6 +135,7 @@ class GroupCoordinator:
         is written and CommitFailedError lists the problems. Returns the stored offsets."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError("the group id must be a non-empty string")
+        self._ensure_fresh(group_id)
         now = self.clock.milliseconds()
         problems, records = [], []
         stored: dict[tuple[str, int], OffsetAndMetadata] = {}
@@ -140,6 +172,7 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions=None) -> dict[tuple[str, int], OffsetAndMetadata | None]:
         """The committed offsets of a group (all of them, or for the given partitions)."""
+        self._ensure_fresh(group_id)
         with self._lock:
             group = dict(self._cache.get(group_id, {}))
         if partitions is None:

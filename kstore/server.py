@@ -455,9 +455,16 @@ class KafkaServer:
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def _find_coordinator(self, version, body, header) -> dict:
-        self.broker.group_coordinator   # creates __consumer_offsets on first use
-        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
-                "node_id": self.broker.broker_id, "host": self.advertised_host, "port": self.port}
+        """The leader of the group's `__consumer_offsets` partition coordinates the group."""
+        coordinator = self.broker.group_coordinator   # creates __consumer_offsets on first use
+        node_id = coordinator.coordinator_for(body.get("key", ""))
+        brokers = {b["node_id"]: b for b in self._broker_list()}
+        if node_id not in brokers:
+            return {"throttle_time_ms": 0, "error_code": E["COORDINATOR_NOT_AVAILABLE"],
+                    "error_message": "the group's offsets partition has no leader",
+                    "node_id": -1, "host": "", "port": -1}
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node_id,
+                "host": brokers[node_id]["host"], "port": brokers[node_id]["port"]}
 
     async def _offset_commit(self, version, body, header) -> dict:
         coordinator = self.broker.group_coordinator
@@ -500,7 +507,10 @@ class KafkaServer:
 
     async def _offset_fetch(self, version, body, header) -> dict:
         coordinator = self.broker.group_coordinator
-        committed = coordinator.fetch_offsets(body["group_id"])
+        try:
+            committed = coordinator.fetch_offsets(body["group_id"])
+        except KStoreError as e:   # NOT_COORDINATOR: the client looks the coordinator up again
+            return {"throttle_time_ms": 0, "topics": [], "error_code": error_code(e)}
         requested = body.get("topics")
         if requested is None:    # all of the group's topics
             wanted: dict[str, list[int]] = {}

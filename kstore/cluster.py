@@ -23,6 +23,7 @@ from .broker import Broker, _LocalTransport
 from .clock import Clock, ManualClock, SystemClock
 from .controller import Controller
 from .errors import BrokerNotAvailableError, KStoreError, NotLeaderOrFollowerError
+from .events import EventBus
 from .log import Isolation
 from .metadata import MetadataStore
 from .records import Record, build_batch
@@ -55,6 +56,9 @@ class Cluster:
         self.broker_config = dict(broker_config or {})
         self.topic_defaults = topic_defaults
         self.truncation = truncation
+        # Cluster-level events (crash, restart, election, truncation_mode) for widgets; each
+        # broker keeps its own bus for its logs' events.
+        self.events = EventBus()
         self.metadata = MetadataStore(os.path.join(self.root, "zookeeper.json"))
         self.brokers: dict[int, Broker] = {}
         self.transport = _LocalTransport(self.brokers)
@@ -93,6 +97,7 @@ class Cluster:
         broker.crash(lose_unflushed)
         elections = self.controller.on_broker_failure(broker_id) if notify_controller else []
         self._check_purgatories()
+        self.events.emit("crash", self.root, broker=broker_id, elections=elections)
         return elections
 
     def restart(self, broker_id: int) -> list:
@@ -112,6 +117,7 @@ class Cluster:
                 except KStoreError:
                     pass   # the leader is not reachable: the first fetch round will truncate
         self._check_purgatories()
+        self.events.emit("restart", self.root, broker=broker_id, elections=elections)
         return elections
 
     def bounce(self, broker_id: int, lose_unflushed: bool = False) -> list:
@@ -124,6 +130,7 @@ class Cluster:
         self.truncation = mode
         for broker in self.brokers.values():
             broker.replica_manager.fetcher.truncation_mode = mode
+        self.events.emit("truncation_mode", self.root, mode=mode)
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
@@ -192,7 +199,9 @@ class Cluster:
             self.brokers[b].replica_manager.check_purgatory()
 
     def elect_preferred_leader(self, topic: str, partition: int = 0):
-        return self.controller.elect_preferred_leader(topic, partition)
+        election = self.controller.elect_preferred_leader(topic, partition)
+        self.events.emit("election", self.root, topic=topic, partition=partition, election=election)
+        return election
 
     # ------------------------------------------------------------------ views
     def state(self, topic: str, partition: int = 0, with_values: bool = True) -> list[ReplicaView]:

@@ -42,6 +42,20 @@ class OffsetAndMetadata:
     expire_timestamp: int | None = None
 
 
+def java_length(s: str) -> int:
+    """Java's String.length(): UTF-16 code units (what Kafka compares with
+    offset.metadata.max.bytes, despite the name)."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+@dataclass(frozen=True)
+class PreparedCommit:
+    group_id: str
+    partition: int
+    batch: bytes
+    stored: dict
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
     """Kafka's GroupCoordinatorConfig defaults."""
@@ -130,9 +144,24 @@ class GroupCoordinator:
 
     # ---- commit / fetch
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | int],
-                       expire_timestamp: int | None = None) -> dict[tuple[str, int], int]:
+                       expire_timestamp: int | None = None, timeout_s: float = 30.0
+                       ) -> dict[tuple[str, int], int]:
         """Commit offsets for a group. Every entry is validated first; if any is invalid nothing
-        is written and CommitFailedError lists the problems. Returns the stored offsets."""
+        is written and CommitFailedError lists the problems. The commit is appended with
+        acks=all and counts only once the ISR has it (then the cache answers with it).
+        Returns the stored offsets."""
+        prepared = self.prepare_commit(group_id, offsets, expire_timestamp)
+        if prepared is None:
+            return {}
+        result = self.broker.produce_request(OFFSETS_TOPIC, prepared.partition, prepared.batch, -1)
+        if not result.done:
+            result.wait(timeout_s)   # a cluster: replication happens on other threads
+        self.complete_commit(prepared, result)
+        return {tp: om.offset for tp, om in prepared.stored.items()}
+
+    def prepare_commit(self, group_id: str, offsets, expire_timestamp: int | None = None
+                       ) -> "PreparedCommit | None":
+        """Validate and build the commit's batch (nothing is written)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError("the group id must be a non-empty string")
         self._ensure_fresh(group_id)
@@ -147,8 +176,7 @@ class GroupCoordinator:
                 if om.offset < 0:
                     raise InvalidCommitOffsetError(
                         f"offset {om.offset} for {topic}-{partition} is negative")
-                # Kafka checks metadata.length(): UTF-16 code units, not UTF-8 bytes.
-                if len(om.metadata.encode("utf-16-le")) // 2 > self.config.offset_metadata_max_bytes:
+                if java_length(om.metadata) > self.config.offset_metadata_max_bytes:
                     raise OffsetMetadataTooLargeError(
                         f"metadata for {topic}-{partition} is longer than "
                         f"offset.metadata.max.bytes ({self.config.offset_metadata_max_bytes})")
@@ -164,11 +192,19 @@ class GroupCoordinator:
             raise CommitFailedError(f"commit for group '{group_id}' refused, nothing written: "
                                     + "; ".join(problems))
         if not records:
-            return {}
+            return None
+        return PreparedCommit(group_id, self.partition_for(group_id), build_batch(records), stored)
+
+    def complete_commit(self, prepared: "PreparedCommit", result) -> None:
+        """Apply a commit to the cache once its append succeeded; raise its error otherwise."""
+        if not result.done:
+            from .errors import RequestTimedOutError
+            raise RequestTimedOutError(f"the commit of group '{prepared.group_id}' was not "
+                                       f"replicated in time")
+        if result.error is not None:
+            raise result.error
         with self._lock:
-            self.broker.produce(OFFSETS_TOPIC, self.partition_for(group_id), build_batch(records))
-            self._cache.setdefault(group_id, {}).update(stored)
-        return {tp: om.offset for tp, om in stored.items()}
+            self._cache.setdefault(prepared.group_id, {}).update(prepared.stored)
 
     def fetch_offsets(self, group_id: str, partitions=None) -> dict[tuple[str, int], OffsetAndMetadata | None]:
         """The committed offsets of a group (all of them, or for the given partitions)."""

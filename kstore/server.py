@@ -31,7 +31,7 @@ from .broker import Broker, normalize_acks
 from .errors import (CorruptRecordError, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
                      NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .file_records import FileSlice
-from .group_coordinator import OffsetAndMetadata
+from .group_coordinator import OffsetAndMetadata, java_length
 from .log import Isolation
 from .topic import validate_topic_name
 
@@ -485,7 +485,7 @@ class KafkaServer:
                     entry["error_code"] = error_code(e)
                     continue
                 metadata = cp.get("committed_metadata") or ""
-                if len(metadata.encode()) > coordinator.config.offset_metadata_max_bytes:
+                if java_length(metadata) > coordinator.config.offset_metadata_max_bytes:
                     entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
                     continue
                 valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
@@ -496,8 +496,14 @@ class KafkaServer:
                 for p in t["partitions"]:
                     p["error_code"] = E["INVALID_GROUP_ID"]
         elif valid:
-            try:
-                coordinator.commit_offsets(group, valid, expire_timestamp=expire)
+            try:   # appended with acks=all: answer only once the ISR has the commit
+                prepared = coordinator.prepare_commit(group, valid, expire_timestamp=expire)
+                result = self.broker.produce_request(
+                    "__consumer_offsets", prepared.partition, prepared.batch, -1,
+                    body.get("timeout_ms", 30000) if "timeout_ms" in body else 30000)
+                while not result.done:
+                    await asyncio.sleep(0.002)
+                coordinator.complete_commit(prepared, result)
             except KStoreError as e:
                 for t in topics:
                     for p in t["partitions"]:

@@ -286,6 +286,8 @@ def batch_spans(buf, start_pos: int = 0):
     last_delta = struct.Struct(">i").unpack_from
     while n - pos >= RECORD_BATCH_OVERHEAD:
         base, length = unpack(buf, pos)
+        if length == 0 and base == 0:
+            return          # a preallocated file's zero tail: the end of the data
         if length < MIN_BATCH_LENGTH_FIELD:
             raise CorruptRecordError(f"record size {length} is less than the minimum record "
                                      f"overhead ({MIN_BATCH_LENGTH_FIELD}) at position {pos}")

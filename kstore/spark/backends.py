@@ -1,0 +1,167 @@
+"""Where the Spark source reads from: a log directory, or a running kstore broker.
+
+Both sit behind one small interface, so the data source (options, offsets, data-loss rules,
+streaming) is written once:
+
+    topic_partitions()                 topic → partition count
+    offset_ranges(tps)                 (earliest, latest) per topic-partition; latest = high watermark
+    offsets_for_times({tp: ts})        first offset with timestamp ≥ ts (None: no such record)
+    read_arrow(t, p, start, end, h)    Arrow record batches of [start, end); raises DataUnavailable
+                                       when the offsets are gone (retention, a replaced segment)
+
+`Location` is the picklable description that travels inside every Spark input partition; each
+executor opens its own backend from it (`Location.open()`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..errors import KStoreError
+from .decode import ColumnBuilder, batch_spans
+from .logdir import LogDirReader, SegmentsChanged
+
+
+class DataUnavailable(KStoreError):
+    """Offsets being read are no longer in the log (retention, cleaner, truncation)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    log_dir: str | None = None
+    bootstrap_servers: str | None = None
+    timeout_ms: int = 30000
+
+    def open(self) -> "Backend":
+        if self.log_dir is not None:
+            return LogDirBackend(self.log_dir)
+        return NetworkBackend(self.bootstrap_servers, self.timeout_ms / 1000)
+
+    def describe(self) -> str:
+        if self.log_dir is not None:
+            return f"log directory {self.log_dir}"
+        return f"kstore broker at {self.bootstrap_servers}"
+
+
+class Backend:
+    location: Location
+
+    def topic_partitions(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def offset_ranges(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
+        raise NotImplementedError
+
+    def offsets_for_times(self, requests: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
+        raise NotImplementedError
+
+    def read_arrow(self, topic: str, partition: int, start: int, end: int, include_headers: bool):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LogDirBackend(Backend):
+    """Reads the files directly, read-only (`kstore.spark.logdir`): no broker, no lock."""
+
+    def __init__(self, log_dir: str):
+        self.reader = LogDirReader(log_dir)
+        self.location = Location(log_dir=self.reader.log_dir)
+
+    def topic_partitions(self) -> dict[str, int]:
+        return self.reader.topic_partitions()
+
+    def offset_ranges(self, tps):
+        out = {}
+        for t, p in tps:
+            start, hw, _leo = self.reader.partition(t, p).offsets()
+            out[(t, p)] = (start, hw)
+        return out
+
+    def offsets_for_times(self, requests):
+        out = {}
+        for (t, p), ts in requests.items():
+            part = self.reader.partition(t, p)
+            _start, hw, _leo = part.offsets()
+            out[(t, p)] = part.offset_for_timestamp(ts, hw)
+        return out
+
+    def read_arrow(self, topic, partition, start, end, include_headers):
+        part = self.reader.partition(topic, partition)
+        if not part.exists():
+            raise DataUnavailable(f"partition directory {part.dir} does not exist")
+        try:
+            yield from part.read_arrow(start, end, include_headers)
+        except SegmentsChanged as e:
+            raise DataUnavailable(f"segment {os.path.basename(str(e))} of {topic}-{partition} was "
+                                  f"removed while it was read") from None
+
+
+class NetworkBackend(Backend):
+    """Reads through `kstore serve` with Kafka's protocol (Fetch returns the same batch bytes)."""
+
+    FETCH_BYTES = 8 * 1024 * 1024
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0):
+        from .client import WireClient
+        self.location = Location(bootstrap_servers=bootstrap_servers, timeout_ms=int(timeout_s * 1000))
+        self.client = WireClient(bootstrap_servers, timeout_s)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def topic_partitions(self):
+        return self.client.topic_partitions()
+
+    def offset_ranges(self, tps):
+        tps = list(tps)
+        if not tps:
+            return {}
+        earliest = self.client.list_offsets({tp: -2 for tp in tps})
+        latest = self.client.list_offsets({tp: -1 for tp in tps})
+        return {tp: (earliest[tp], latest[tp]) for tp in tps}
+
+    def offsets_for_times(self, requests):
+        if not requests:
+            return {}
+        found = self.client.list_offsets(dict(requests))
+        return {tp: (None if off < 0 else off) for tp, off in found.items()}
+
+    def read_arrow(self, topic, partition, start, end, include_headers):
+        from .client import BrokerError
+        from .. import protocol as P
+        builder = ColumnBuilder(topic, partition, include_headers)
+        offset = start
+        while offset < end:
+            response = self.client.fetch(topic, partition, offset, self.FETCH_BYTES)
+            code = response["error_code"]
+            if code == P.ERRORS["OFFSET_OUT_OF_RANGE"]:
+                raise DataUnavailable(f"offset {offset} of {topic}-{partition} is out of range "
+                                      f"(log start offset {response['log_start_offset']})")
+            if code:
+                raise BrokerError(code, f"Fetch {topic}-{partition} at offset {offset}")
+            records = response["records"] or b""
+            spans = list(batch_spans(records))
+            if not spans:
+                break                      # nothing more below the high watermark
+            for pos, base, last, _size in spans:
+                if base >= end:
+                    offset = end
+                    break
+                if last >= offset:
+                    builder.add_batch(records, pos, offset, end)
+                    if builder.full():
+                        yield builder.flush()
+            else:
+                offset = spans[-1][2] + 1
+        batch = builder.flush()
+        if batch is not None:
+            yield batch

@@ -1,0 +1,153 @@
+"""Multi-broker mode: three `kstore serve --cluster-dir` processes on loopback ports replicate through
+Fetch requests over real sockets; kill one with SIGKILL and the others carry on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from kstore.file_records import FileRecords
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_listening(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Node:
+    def __init__(self, cluster_dir, broker_id, port):
+        self.cluster_dir, self.broker_id, self.port = cluster_dir, broker_id, port
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kstore", "serve", "--cluster-dir", str(self.cluster_dir),
+             "--broker-id", str(self.broker_id), "--port", str(self.port),
+             "--override", "default.replication.factor=3"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_listening(self.port)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def state(cluster_dir, topic="orders", partition=0):
+    with open(cluster_dir / "zookeeper.json") as f:
+        z = json.load(f)
+    return z.get(f"/brokers/topics/{topic}/partitions/{partition}/state"), z.get("/controller_epoch")
+
+
+def values_in_files(cluster_dir, broker_id, topic="orders", partition=0):
+    d = cluster_dir / f"broker-{broker_id}" / f"{topic}-{partition}"
+    out = []
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".log"):
+            fr = FileRecords(str(d / name), file_already_exists=True)
+            for b in fr.batches():
+                assert b.is_valid()
+                out.extend((r.offset, r.value) for r in b.records())
+            fr.close_handlers()
+    return out
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    ports = free_ports(3)
+    nodes = [Node(tmp_path, b, ports[b]) for b in range(3)]
+    for n in nodes:
+        n.start()
+    yield tmp_path, nodes
+    for n in nodes:
+        n.stop()
+
+
+def test_three_processes_replicate_and_survive_a_killed_leader(cluster):
+    cluster_dir, nodes = cluster
+    bootstrap = [f"127.0.0.1:{n.port}" for n in nodes]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=50,
+                             request_timeout_ms=20000, reconnect_backoff_max_ms=1000)
+    for i in range(30):
+        producer.send("orders", value=f"v{i}".encode())
+    producer.flush(60)
+    s, _ = wait_for(lambda: state(cluster_dir)[0] and state(cluster_dir), 10, "the topic's state")
+    assert s["isr"] == [0, 1, 2] and s["leader_epoch"] == 0
+    expected = [(i, f"v{i}".encode()) for i in range(30)]
+    for b in range(3):   # every replica has every record, in its own files, fetched over sockets
+        wait_for(lambda b=b: values_in_files(cluster_dir, b) == expected, 20, f"broker {b} to replicate")
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="billing", enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    tp = TopicPartition("orders", 0)
+    consumer.assign([tp])
+    assert [m.value for m in consumer] == [v for _, v in expected]
+    consumer.commit()
+    consumer.close()
+
+    leader = s["leader"]
+    _, controller_epoch = state(cluster_dir)
+    nodes[leader].stop(signal.SIGKILL)               # kill -9 the leader
+    new_state = wait_for(lambda: (st := state(cluster_dir)[0])["leader"] not in (leader, -1)
+                         and st, 45, "a new leader")
+    assert new_state["leader_epoch"] == 1 and leader not in new_state["isr"]
+    if leader == 0:                                   # the controller died too: a new one, epoch up
+        assert state(cluster_dir)[1] > controller_epoch
+
+    for i in range(30, 45):                           # the survivors carry on
+        producer.send("orders", value=f"v{i}".encode())
+    producer.flush(60)
+    producer.close()
+    expected += [(i, f"v{i}".encode()) for i in range(30, 45)]
+    survivors = [n for n in nodes if n.broker_id != leader]
+    for n in survivors:
+        wait_for(lambda n=n: values_in_files(cluster_dir, n.broker_id) == expected, 30,
+                 f"broker {n.broker_id} to have everything")
+
+    # the killed broker comes back, truncates by leader epoch and catches up
+    nodes[leader].start()
+    wait_for(lambda: values_in_files(cluster_dir, leader) == expected, 45, "the restarted broker to catch up")
+    wait_for(lambda: leader in state(cluster_dir)[0]["isr"], 45, "the restarted broker to rejoin the ISR")
+    consumer = KafkaConsumer(bootstrap_servers=[f"127.0.0.1:{n.port}" for n in survivors],
+                             group_id="billing", enable_auto_commit=False, consumer_timeout_ms=5000)
+    consumer.assign([tp])
+    assert [m.value for m in consumer] == [v for _, v in expected[30:]]   # resumes at the commit
+    consumer.close()

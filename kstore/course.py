@@ -1,0 +1,61 @@
+"""Helpers the chapter notebooks share: show engine source, work in a temporary directory.
+
+* `show_source(obj)` displays the real code of a kstore function or class (from `kstore/`, never a
+  pasted copy), optionally only the lines between two markers;
+* `workdir(name)` gives a fresh temporary directory that is removed when the notebook's kernel
+  exits (or with `.cleanup()`), so chapters leave nothing behind;
+* `hexdump(data)` prints bytes the way the reference tables show them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def source_of(obj, start: str | None = None, end: str | None = None) -> str:
+    """The source of `obj`; with `start`/`end`, only the lines from the one containing `start`
+    to the one containing `end` (inclusive)."""
+    text = inspect.getsource(obj)
+    if start is None:
+        return text
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if start in line)
+    last = next((i for i, line in enumerate(lines) if i >= first and end and end in line),
+                len(lines) - 1)
+    return "\n".join(lines[first:last + 1])
+
+
+def show_source(obj, start: str | None = None, end: str | None = None):
+    """Display engine code in the notebook, syntax-highlighted, with where it comes from."""
+    from IPython.display import Code, Markdown, display
+    module = inspect.getmodule(obj)
+    lineno = inspect.getsourcelines(obj)[1]
+    where = f"`{module.__name__}` — `{getattr(obj, '__qualname__', obj)}` (line {lineno})"
+    display(Markdown(f"From {where}:"))
+    return Code(source_of(obj, start, end), language="python")
+
+
+class WorkDir(type(Path())):
+    """A temporary directory that removes itself (at kernel exit, or on `cleanup()`)."""
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self, ignore_errors=True)
+
+
+def workdir(name: str = "kstore") -> WorkDir:
+    path = WorkDir(tempfile.mkdtemp(prefix=f"{name}-"))
+    atexit.register(path.cleanup)
+    return path
+
+
+def hexdump(data: bytes, width: int = 16, start: int = 0) -> str:
+    """`0000: 00 01 02 ...` lines, as the reference's worked examples print bytes."""
+    lines = []
+    for i in range(0, len(data), width):
+        chunk = data[i:i + width]
+        lines.append(f"{start + i:04x}: " + " ".join(f"{b:02x}" for b in chunk))
+    return "\n".join(lines)

@@ -76,9 +76,12 @@ class FetchResult:
 
 
 def normalize_acks(acks) -> int:
-    """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise)."""
-    value = -1 if acks == "all" else acks
-    if value not in (0, 1, -1) or isinstance(value, bool):
+    """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise); like
+    Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
+    value = acks
+    if isinstance(acks, str):
+        value = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks.strip().lower(), acks)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, -1):
         raise InvalidRequiredAcksError(f"invalid required acks {acks!r}: must be 0, 1 or -1 (all)")
     return value
 
@@ -101,7 +104,7 @@ class Broker:
         self._lock_fd = self._lock_dir()
         standalone = metadata is None
         self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
-        self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port)
+        self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
         self._write_meta_properties()
         self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
                                broker_config=self.config, single_replica=False,

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.set_defaults(func=_dump_log)
     from .tools import add_parsers
     add_parsers(sub)
+    from .grading.cli import add_parsers as add_grading_parsers
+    add_grading_parsers(sub)
     return parser
 
 

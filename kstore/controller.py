@@ -16,7 +16,6 @@ Mirrors the ZooKeeper-era `KafkaController` (and the decisions KRaft's QuorumCon
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 
@@ -70,7 +69,8 @@ class Controller:
 
     def _become_controller(self, broker_id: int) -> None:
         self.metadata.set_many({
-            "/controller": {"version": 2, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))},
+            "/controller": {"version": 2, "brokerid": broker_id,
+                            "timestamp": str(self.clock.milliseconds())},
             "/controller_epoch": self.metadata.controller_epoch + 1})
 
     # ---- state

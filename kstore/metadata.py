@@ -125,7 +125,7 @@ class MetadataStore:
         self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
 
     # ---- the ZooKeeper-era paths
-    def ensure_cluster(self, broker_id: int, host: str, port: int) -> str:
+    def ensure_cluster(self, broker_id: int, host: str, port: int, now_ms: int | None = None) -> str:
         """Create the cluster id, register the broker and make it the controller if needed."""
         with self.transaction():
             updates: dict[str, Any] = {}
@@ -134,10 +134,10 @@ class MetadataStore:
             updates[f"/brokers/ids/{broker_id}"] = {
                 "version": 5, "host": host, "port": port, "jmx_port": -1,
                 "endpoints": [f"PLAINTEXT://{host}:{port}"], "rack": None,
-                "timestamp": str(int(time.time() * 1000))}
+                "timestamp": str(now_ms if now_ms is not None else int(time.time() * 1000))}
             if not self.exists("/controller"):
-                updates["/controller"] = {"version": 2, "brokerid": broker_id,
-                                          "timestamp": str(int(time.time() * 1000))}
+                updates["/controller"] = {"version": 2, "brokerid": broker_id, "timestamp": str(
+                    now_ms if now_ms is not None else int(time.time() * 1000))}
                 updates["/controller_epoch"] = self.get("/controller_epoch", 0) + 1
             self.set_many(updates)
             return self.get("/cluster/id")["id"]

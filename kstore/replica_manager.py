@@ -266,6 +266,8 @@ class ReplicaManager:
     def shutdown(self) -> None:
         for task in self._tasks:
             self.broker.logs.scheduler.cancel(task)
+        for tp in list(self.fetcher.states):   # our own fetches parked at leaders are abandoned
+            self.fetcher.remove_partition(tp)
         for r in list(self._delayed_produces):
             r.complete(RequestTimedOutError("the broker shut down"))
         self._delayed_produces.clear()

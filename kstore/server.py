@@ -569,6 +569,8 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
           f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
     try:
         asyncio.run(server.serve())
+        if server._startup_error is not None:
+            raise server._startup_error   # e.g. the port is taken: exit 1 with the reason, not 0
     finally:
         broker.shutdown()   # clean shutdown on SIGTERM / Ctrl-C: checkpoints and the marker
         print("kstore broker stopped cleanly", flush=True)

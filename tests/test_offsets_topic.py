@@ -8,10 +8,12 @@ message schemas (§8.3), not with kstore's decoders.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import struct
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -329,30 +331,50 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def start_child_and_wait_for(script: str, log_dir: Path, tmp_path: Path, marker: str = "COMMITTED",
+                             timeout_s: float = 60.0) -> tuple[subprocess.Popen, list[str]]:
+    """Start a child Python on `script`, return once it printed `marker` (its earlier lines too).
+    stderr goes to a file (a full pipe must never block the child); a deadline bounds the wait."""
+    err = open(tmp_path / "child-stderr.txt", "w")
+    child = subprocess.Popen([str(VENV_PYTHON), "-c", script, str(log_dir)], stdout=subprocess.PIPE,
+                             stderr=err, cwd=str(Path(__file__).resolve().parents[1]))
+    err.close()
+    fd = child.stdout.fileno()
+    received = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            lines = received.decode().splitlines()
+            if marker in lines:
+                return child, lines
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise AssertionError(f"no {marker!r} from the child within {timeout_s} s: "
+                                     f"{(tmp_path / 'child-stderr.txt').read_text()}")
+            chunk = os.read(fd, 4096)        # unbuffered: select and the data stay in step
+            if not chunk:
+                raise AssertionError(f"child exited early: {(tmp_path / 'child-stderr.txt').read_text()}")
+            received += chunk
+    except BaseException:
+        kill_child(child)
+        raise
+
+
+def kill_child(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdout.close()
+
+
 def test_commit_kill_restart_every_committed_offset_is_back(tmp_path):
     log_dir = tmp_path / "logs"
-    child = subprocess.Popen([str(VENV_PYTHON), "-c", CHILD, str(log_dir)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=str(Path(__file__).resolve().parents[1]))
+    child, lines = start_child_and_wait_for(CHILD, log_dir, tmp_path)
     try:
-        lines = []
-        while True:
-            line = child.stdout.readline()
-            if not line:
-                raise AssertionError(f"child exited early: {child.stderr.read()}")
-            lines.append(line.strip())
-            if line.strip() == "COMMITTED":
-                break
         with pytest.raises(LogError, match="in use"):     # the live child holds the dir's .lock
             Broker(str(log_dir), clock=ManualClock(T0))
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
-        child.stderr.close()
+        kill_child(child)
     assert child.returncode == -signal.SIGKILL
     assert lines[0] == "EXPIRED 38"     # 6 groups × 5 offsets + group tombstones (6), doomed 1+1
     assert not (log_dir / ".kafka_cleanshutdown").exists()
@@ -406,20 +428,9 @@ CHILD_NO_EXPIRY = textwrap.dedent("""
 
 def test_kill_restart_keeps_the_latest_commit_of_each_partition_with_metadata_and_epoch(tmp_path):
     log_dir = tmp_path / "logs"
-    child = subprocess.Popen([str(VENV_PYTHON), "-c", CHILD_NO_EXPIRY, str(log_dir)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=str(Path(__file__).resolve().parents[1]))
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "COMMITTED", child.stderr.read()
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
-        child.stderr.close()
+    child, _ = start_child_and_wait_for(CHILD_NO_EXPIRY, log_dir, tmp_path)
+    kill_child(child)
+    assert child.returncode == -signal.SIGKILL
     broker = Broker(str(log_dir), clock=ManualClock(T0 + DAY))
     try:
         gc = broker.group_coordinator

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from . import notebooks
 from .exercises import EXERCISES, FUNCTION_TASK, TASKS
@@ -42,7 +42,8 @@ extra = pytest.mark.extra
 #: Settings for property tests: deterministic (everyone is graded on the same examples), no
 #: deadline (a learner's code may be slow), no database written next to the notebook.
 PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck), print_blob=False)
+                    suppress_health_check=list(HealthCheck), print_blob=False,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
 
 
 class TestTimeout(BaseException):
@@ -206,3 +207,7 @@ def scratch_dir(prefix: str = "kstore-ex-") -> str:
     tmp = tempfile.gettempdir()
     os.makedirs(tmp, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix)
+
+
+# ------------------------------------------------------------------ real segments for the tests
+from .views import CountingFile, SegmentView, build_segment  # noqa: E402,F401

@@ -22,7 +22,7 @@ from typing import Callable
 from ..compression import Compression
 from ..records import (ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK,
                        DELETE_HORIZON_FLAG_MASK, HEADER_FIELDS, LOG_OVERHEAD,
-                       MIN_BATCH_LENGTH_FIELD, RECORD_BATCH_OVERHEAD, RECORDS_OFFSET,
+                       MIN_BATCH_LENGTH_FIELD, RECORDS_OFFSET,
                        TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG_MASK, crc32c)
 from ..varint import read_unsigned_varint
 from ._base import fmt_ts, short_text
@@ -173,8 +173,9 @@ def _header_value(name: str, value: int, head: dict, data: bytes) -> str:
     return str(value)
 
 
-def batch_fields(data: bytes, position: int) -> list[Field]:
-    """Every field of the batch whose bytes (maybe cut short) are `data`, at file `position`."""
+def batch_fields(data: bytes, position: int, stop: int | None = None) -> list[Field]:
+    """Every field of the batch whose bytes (maybe cut short) are `data`, at file `position`.
+    With `stop` (a file position), records starting at or after it are not decoded."""
     out: list[Field] = []
     head: dict[str, int] = {}
     group = ("batch", position)
@@ -200,7 +201,7 @@ def batch_fields(data: bytes, position: int) -> list[Field]:
                          "records (compressed)", f"{head['recordsCount']} records, {name}, "
                          f"{total - RECORDS_OFFSET} bytes compressed", group))
         return out
-    out.extend(record_fields(data, position, head, total))
+    out.extend(record_fields(data, position, head, total, stop))
     return out
 
 
@@ -215,14 +216,18 @@ def _varint_field(buf: bytes, pos: int, base: int, kind: str, name: str, group: 
     return Field(base + pos, base + end, kind, name, text, group, varint=True), value, end
 
 
-def record_fields(data: bytes, position: int, head: dict, total: int) -> list[Field]:
-    """The fields of each record of an uncompressed batch (DefaultRecord layout)."""
+def record_fields(data: bytes, position: int, head: dict, total: int,
+                  stop: int | None = None) -> list[Field]:
+    """The fields of each record of an uncompressed batch (DefaultRecord layout), up to the
+    first record that starts at or after file position `stop`."""
     out: list[Field] = []
     pos = RECORDS_OFFSET
     base_offset, base_ts = head["baseOffset"], head["baseTimestamp"]
     for i in range(max(head["recordsCount"], 0)):
         if pos >= total:
             break
+        if stop is not None and position + pos >= stop:
+            return out                  # the caller's window ends before this record
         g = ("record", position, i)
         try:
             f, length, body = _varint_field(data, pos, position, "recordLength", "record length", g,
@@ -295,7 +300,7 @@ def log_fields(read: Reader, size: int, first_batch: int, start: int, end: int,
             break
         if pos + batch_size > start:
             data = read(pos, min(batch_size, size - pos))
-            out.extend(f for f in batch_fields(data, pos) if f.end > start and f.start < end)
+            out.extend(f for f in batch_fields(data, pos, end) if f.end > start and f.start < end)
         pos += batch_size
     file_length = size if file_length is None else file_length
     if end > size and file_length > size:

@@ -14,6 +14,7 @@ entry count, the offset index (to find the first batch of a page without scannin
 
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 
@@ -225,7 +226,6 @@ class HexModel(LiveModel):
             pos += n
             if pos < size:
                 starts.append(pos)
-        import bisect
         return starts[max(bisect.bisect_right(starts, position) - 1, 0)]
 
     def fields(self) -> list[F.Field]:
@@ -382,8 +382,9 @@ class HexModel(LiveModel):
         chosen = [f for f in fields if self._in_group(f, self.selection)]
         what = (f"batch at byte {self.selection[1]}" if self.selection[0] == "batch"
                 else f"record {self.selection[2]} of the batch at byte {self.selection[1]}")
-        items = "; ".join(f"{esc(f.name)} = {esc(f.value)}" for f in chosen
-                          if f.kind not in ("key", "value") or True)[:1500]
+        items = "; ".join(f"{esc(f.name)} = {esc(f.value)}" for f in chosen[:40])
+        if len(chosen) > 40:
+            items += f"; … {len(chosen) - 40} more fields"
         return f"<b>selected: {esc(what)}</b> — {items}"
 
 
@@ -411,10 +412,10 @@ class HexView:
         m = self.model
         self.html = W.HTML()
         btn = lambda label, tip, cls: _button(W, label, tip, cls)   # noqa: E731
-        self.first = btn("⏮ first", "first page", "ks-hex-first")
+        self.first = btn("« first", "first page", "ks-hex-first")
         self.prev = btn("◀ prev", "previous page", "ks-hex-prev")
         self.next = btn("next ▶", "next page", "ks-hex-next")
-        self.last = btn("last ⏭", "last page", "ks-hex-last")
+        self.last = btn("last »", "last page", "ks-hex-last")
         self.goto = W.IntText(description="go to byte", continuous_update=False,
                               layout=W.Layout(width="190px"))
         self.goto.add_class("ks-hex-goto")

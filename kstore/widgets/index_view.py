@@ -23,6 +23,7 @@ from ._base import LiveModel, Redrawer, attrs, esc, figure_png, fmt_bytes, style
 
 INDEX_CSS = """
 .ks-idx .ks-side{display:flex;gap:16px;align-items:flex-start;}
+.ks-idx .ks-scroll{max-height:340px;overflow:auto;}
 .ks-idx tr.ks-indexed td{background:#e8f4ff;}
 """
 
@@ -100,33 +101,43 @@ class IndexModel(LiveModel):
 
     # ---- rendering
     def figure(self):
-        """A matplotlib Figure: entries on the left, the .log to scale on the right, lines between."""
+        """A matplotlib Figure: entries on the left, the .log to scale on the right, lines between.
+        Few artists (one per kind of mark), so a segment with thousands of batches draws fast."""
+        from matplotlib.collections import LineCollection
         from matplotlib.figure import Figure
 
         seg, entries, batches = self.segment, self.entries(), self.batches()
         size = max(seg.size, 1)
+        indexed = {e.position for e in entries}
         fig = Figure(figsize=(7, 5))
+        fig.subplots_adjust(left=0.12, right=0.98, top=0.93, bottom=0.12)
         ax = fig.add_subplot(1, 1, 1)
         ax.set_xlim(0, 1)
         ax.set_ylim(size, 0)
         ax.set_xticks([0.15, 0.8])
         ax.set_xticklabels([f"{seg.offset_index.file_name()}\n({len(entries)} entries)",
-                            f"{seg.log.file_name()}\n({len(batches)} batches, {fmt_bytes(seg.size)})"])
+                            f"{seg.log.file_name()}\n({len(batches)} batches, {fmt_bytes(seg.size)})"],
+                           fontsize=8)
         ax.set_ylabel("byte position in the .log")
-        for b in batches:
-            ax.add_patch(_rect((0.7, b.position), 0.2, b.size,
-                               "#a0c4ff" if b.number % 2 else "#cfe1ff"))
+        for wanted, colours in ((False, ("#cfe1ff", "#a0c4ff")), (True, ("#f4a261", "#f4a261"))):
+            for parity in (0, 1):   # alternate shades so neighbouring batches stay distinct
+                spans = [(b.position, b.size) for b in batches
+                         if (b.position in indexed) == wanted and b.number % 2 == parity]
+                _boxes(ax, spans, 0.7, 0.2, colours[parity])
         n = max(len(entries), 1)
-        for i, e in enumerate(entries):
-            y = (i + 0.5) * size / n
-            ax.add_patch(_rect((0.05, y - 0.4 * size / n), 0.2, 0.8 * size / n, "#ffd6a5"))
-            ax.annotate("", xy=(0.7, e.position), xytext=(0.25, y),
-                        arrowprops={"arrowstyle": "->", "color": "#c1121f", "lw": 0.8})
-            if n <= 40:
+        ys = [(i + 0.5) * size / n for i in range(len(entries))]
+        if entries:
+            _boxes(ax, [(y - 0.4 * size / n, 0.8 * size / n) for y in ys], 0.05, 0.2, "#ffd6a5")
+            ax.add_collection(LineCollection([[(0.25, y), (0.7, e.position)]
+                                              for y, e in zip(ys, entries)],
+                                             colors="#c1121f", linewidths=0.8))
+            ax.scatter([0.7] * len(entries), [e.position for e in entries], marker=">",
+                       s=12, color="#c1121f", zorder=3)
+        if len(entries) <= 40:
+            for y, e in zip(ys, entries):
                 ax.text(0.15, y, f"{e.offset}→{e.position}", ha="center", va="center", fontsize=7)
         ax.set_title(f"segment {seg.base_offset}: index.interval.bytes = "
                      f"{seg.index_interval_bytes}", fontsize=9)
-        fig.tight_layout()
         return fig
 
     def png(self) -> bytes:
@@ -155,16 +166,20 @@ class IndexModel(LiveModel):
                 f'<div class="ks-view ks-idx"{attrs(data_entries=len(entries), data_batches=len(batches))}>'
                 f"<h4>segment {seg.base_offset}: {esc(seg.offset_index.file_name())} beside "
                 f"{esc(seg.log.file_name())}</h4><p class='ks-note'>{why}</p>"
-                f"<div class='ks-side'><div><b>.index entries</b>"
-                f"{table(['slot', 'relativeOffset', 'offset', 'position', 'points to'], e_rows)}</div>"
-                f"<div><b>.log batches</b>{table(['#', 'position', 'offsets', 'bytes', ''], b_rows, row_classes=['ks-indexed' if r[4] else None for r in b_rows])}</div>"
-                f"<div><b>.timeindex entries</b>{table(['slot', 'timestamp', 'offset'], t_rows)}</div>"
+                f"<div class='ks-side'><div><b>.index entries</b><div class='ks-scroll'>"
+                f"{table(['slot', 'relativeOffset', 'offset', 'position', 'points to'], e_rows)}</div></div>"
+                f"<div><b>.log batches</b><div class='ks-scroll'>{table(['#', 'position', 'offsets', 'bytes', ''], b_rows, row_classes=['ks-indexed' if r[4] else None for r in b_rows])}</div></div>"
+                f"<div><b>.timeindex entries</b><div class='ks-scroll'>{table(['slot', 'timestamp', 'offset'], t_rows)}</div></div>"
                 f"</div></div>")
 
 
-def _rect(xy, w, h, colour):
-    from matplotlib.patches import Rectangle
-    return Rectangle(xy, w, h, facecolor=colour, edgecolor="#555", linewidth=0.3)
+def _boxes(ax, spans, x: float, width: float, colour: str) -> None:
+    """One PolyCollection of rectangles [x, x+width] × [start, start+length] (one artist)."""
+    from matplotlib.collections import PolyCollection
+    if spans:
+        ax.add_collection(PolyCollection(
+            [[(x, a), (x + width, a), (x + width, a + h), (x, a + h)] for a, h in spans],
+            facecolors=colour, edgecolors="#555", linewidths=0.3))
 
 
 class IndexView:

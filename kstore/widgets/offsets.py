@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..coordinator_records import (GroupMetadataKey, OffsetCommitKey, decode_key,
                                    decode_offset_commit_value, partition_for)
 from ..events import Event
-from ._base import LiveModel, Redrawer, attrs, esc, fmt_bytes, fmt_ts, style, table
+from ._base import LiveModel, Redrawer, attrs, fmt_bytes, fmt_ts, style, table
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -80,7 +80,7 @@ def normalize_acks(acks) -> int:
     Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
     value = acks
     if isinstance(acks, str):
-        value = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks.strip().lower(), acks)
+        value = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks, acks)   # case-sensitive, as Kafka
     if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, -1):
         raise InvalidRequiredAcksError(f"invalid required acks {acks!r}: must be 0, 1 or -1 (all)")
     return value

@@ -24,7 +24,7 @@ from .clock import Clock, ManualClock, SystemClock
 from .controller import Controller
 from .errors import BrokerNotAvailableError, KStoreError, NotLeaderOrFollowerError
 from .events import EventBus
-from .log import Isolation
+from .log import Isolation, as_record
 from .metadata import MetadataStore
 from .records import Record, build_batch
 from .replica_fetcher import EPOCH_TRUNCATION, FollowerStep
@@ -157,7 +157,7 @@ class Cluster:
             result.complete(NotLeaderOrFollowerError(f"{topic}-{partition} has no leader"))
             return result
         data = values if isinstance(values, (bytes, bytearray)) else build_batch(
-            [_record(v, self.clock.milliseconds()) for v in values])
+            [as_record(v, self.clock.milliseconds()) for v in values])
         return self.brokers[leader].produce_request(topic, partition, bytes(data), acks, timeout_ms)
 
     def fetch(self, broker_id: int, topic: str, partition: int = 0, wait_ms: int = 0) -> FollowerStep:
@@ -294,19 +294,6 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-
-def _record(v, now: int) -> Record:
-    if isinstance(v, Record):
-        return v if v.timestamp >= 0 else Record(v.key, v.value, now, v.headers)
-    if isinstance(v, tuple):
-        k, val = v
-        return Record(_b(k), _b(val), now)
-    return Record(None, _b(v), now)
-
-
-def _b(x):
-    return x.encode() if isinstance(x, str) else x
 
 
 __all__ = ["Cluster", "ReplicaView", "SystemClock"]

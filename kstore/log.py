@@ -257,7 +257,7 @@ class Log:
         if isinstance(compression, str):
             compression = Compression.from_name(compression)
         now = self.clock.milliseconds() if timestamp is None else timestamp
-        built = [_as_record(r, now) for r in records]
+        built = [as_record(r, now) for r in records]
         if not built:
             raise InvalidRecordError("an append needs at least one record")
         batch = build_batch(built, compression=compression, producer_id=producer_id,
@@ -759,16 +759,17 @@ class Log:
         self.close()
 
 
-def _as_record(item, now: int) -> Record:
+def as_record(item, now: int) -> Record:
+    """A Record from a Record, a (key, value) tuple or a value; no timestamp → `now` (CreateTime)."""
     if isinstance(item, Record):
         return item if item.timestamp >= 0 else Record(item.key, item.value, now, item.headers)
     if isinstance(item, tuple):
         key, value = item
-        return Record(_to_bytes(key), _to_bytes(value), now)
-    return Record(None, _to_bytes(item), now)
+        return Record(to_bytes(key), to_bytes(value), now)
+    return Record(None, to_bytes(item), now)
 
 
-def _to_bytes(v) -> bytes | None:
+def to_bytes(v) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     if isinstance(v, str):

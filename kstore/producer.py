@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from .clock import Clock
 from .compression import Compression
 from .errors import KStoreError
+from .log import to_bytes
 from .partitioner import BuiltInPartitioner
 from .records import Record, build_batch, encode_record
 from .broker import normalize_acks
@@ -90,7 +91,7 @@ class Producer:
              headers: list[tuple[str, bytes | None]] | None = None) -> FutureRecordMetadata:
         if self.closed:
             raise KStoreError("cannot send after the producer is closed")
-        key_b, value_b = _to_bytes(key), _to_bytes(value)
+        key_b, value_b = to_bytes(key), to_bytes(value)
         self.broker.ensure_topic(topic)
         n = self.broker.partition_count(topic)
         p = self.partitioner.partition(topic, key_b, n, partition)
@@ -161,13 +162,3 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _to_bytes(v) -> bytes | None:
-    if v is None or isinstance(v, bytes):
-        return v
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    raise TypeError(f"keys and values must be bytes, str or None, not {type(v).__name__}")

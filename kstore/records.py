@@ -299,13 +299,7 @@ class RecordBatch:
 
     def records(self) -> list[Record]:
         """Decode every record; the count must match exactly (DefaultRecordBatch iterators)."""
-        if self.magic != CURRENT_MAGIC:
-            raise InvalidRecordError(
-                f"batch at offset {self.base_offset} has magic {self.magic}; kstore reads only "
-                f"message format v2 (magic 2)")
-        if self.records_count < 0:
-            raise InvalidRecordError(
-                f"found invalid record count {self.records_count} in magic v2 batch")
+        self._check_v2()
         data = self.records_bytes()
         log_append_time = (self.max_timestamp
                            if self.timestamp_type is TimestampType.LOG_APPEND_TIME else None)
@@ -325,11 +319,7 @@ class RecordBatch:
                 f"{len(data) - pos} bytes are left over")
         return out
 
-    def validate_records(self) -> tuple[int, bool]:
-        """Walk the records section checking its structure without building Record objects
-        (the checks of `records()`); return (count, whether some record has a null key).
-
-        Offset deltas must be 0, 1, 2, ... (a producer's batch): the leader's validation path."""
+    def _check_v2(self) -> None:
         if self.magic != CURRENT_MAGIC:
             raise InvalidRecordError(
                 f"batch at offset {self.base_offset} has magic {self.magic}; kstore reads only "
@@ -337,6 +327,13 @@ class RecordBatch:
         if self.records_count < 0:
             raise InvalidRecordError(
                 f"found invalid record count {self.records_count} in magic v2 batch")
+
+    def validate_records(self) -> tuple[int, bool]:
+        """Walk the records section checking its structure without building Record objects
+        (the checks of `records()`); return (count, whether some record has a null key).
+
+        Offset deltas must be 0, 1, 2, ... (a producer's batch): the leader's validation path."""
+        self._check_v2()
         data = self.records_bytes()
         end_all = len(data)
         pos, null_key = 0, False

@@ -4,7 +4,7 @@
     KSTORE_BENCH_SCALE=0.1 .venv/bin/python bench/run_all.py     # quick smoke run
     KSTORE_BENCH_BIG=1     .venv/bin/python bench/run_all.py     # adds the 10^7-record log
 
-Writes bench/results/{append,lookup,compaction}.{json,png}. Scratch data lives in bench/results/tmp/ and is
+Writes bench/results/{append,lookup,compaction,fetch,replication,spark}.{json,png}. Scratch data lives in bench/results/tmp/ and is
 deleted after each benchmark (and before the run, in case an earlier run was interrupted).
 """
 
@@ -16,7 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_append  # noqa: E402
 import bench_compaction  # noqa: E402
+import bench_fetch  # noqa: E402
 import bench_lookup  # noqa: E402
+import bench_replication  # noqa: E402
+import bench_spark  # noqa: E402
 import common  # noqa: E402
 
 
@@ -34,6 +37,12 @@ def main() -> dict:
     lookup = bench_lookup.main()
     print()
     compaction = bench_compaction.main()
+    print()
+    fetch = bench_fetch.main()
+    print()
+    replication = bench_replication.main()
+    print()
+    spark = bench_spark.main()
     elapsed = common.now() - t0
 
     print("\n== summary ==")
@@ -57,8 +66,12 @@ def main() -> dict:
     c = compaction["cleaning"]
     print(f"compaction: {c['clean_mb_s']:.1f} MB/s cleaned = {c['clean_vs_decoding_read']:.2f}x a "
           f"decoding read, {c['clean_vs_raw_read']:.4f}x a raw read; {c['space_saved_fraction']:.0%} saved")
+    print("fetch     : " + bench_fetch.summary(fetch))
+    print("replication: " + bench_replication.summary(replication))
+    print("spark     : " + bench_spark.summary(spark))
     print(f"total {elapsed:.0f} s; results in {common.RESULTS.relative_to(common.ROOT)}/")
-    return {"append": append, "lookup": lookup, "compaction": compaction, "seconds": elapsed}
+    return {"append": append, "lookup": lookup, "compaction": compaction, "fetch": fetch,
+            "replication": replication, "spark": spark, "seconds": elapsed}
 
 
 if __name__ == "__main__":

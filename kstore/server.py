@@ -278,6 +278,8 @@ class KafkaServer:
 
     async def _metadata(self, version, body, header) -> dict:
         requested = body.get("topics")
+        if version == 0 and not requested:
+            requested = None    # v0 has no null array: an empty one means all topics
         allow_create = body.get("allow_auto_topic_creation", True)
         names = (self.broker.topics(include_internal=True) if requested is None
                  else [t["name"] for t in requested])
@@ -333,6 +335,7 @@ class KafkaServer:
                     entry["error_code"] = acks_error
                     continue
                 try:
+                    _check_client_batches(pd["records"] or b"")
                     result = self.broker.produce_request(topic["name"], pd["index"],
                                                          pd["records"] or b"", acks,
                                                          body.get("timeout_ms", 30000))
@@ -414,8 +417,8 @@ class KafkaServer:
                         first_with_data = False
                     else:
                         entry["records"] = b""
-                except KStoreError as e:
-                    entry["error_code"] = error_code(e)
+                except (KStoreError, ValueError) as e:   # ValueError: a negative size limit;
+                    entry["error_code"] = error_code(e)   # Kafka answers UNKNOWN_SERVER_ERROR
             responses.append({"topic": topic["topic"], "partitions": parts})
         return responses, total
 
@@ -448,8 +451,8 @@ class KafkaServer:
                     found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"])
                     entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                     entry["leader_epoch"] = -1 if found.leader_epoch is None else found.leader_epoch
-                except KStoreError as e:
-                    entry["error_code"] = error_code(e)
+                except (KStoreError, ValueError) as e:   # ValueError: an unknown negative
+                    entry["error_code"] = error_code(e)   # timestamp; an error, not a dropped link
                 parts.append(entry)
             topics.append({"name": topic["name"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
@@ -556,6 +559,29 @@ class KafkaServer:
                 parts.append(entry)
             topics.append({"topic": topic["topic"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _check_client_batches(records: bytes) -> None:
+    """What Kafka refuses from a client (ProduceRequest.validateRecords, and LogValidator's
+    AppendOrigin.CLIENT checks) with InvalidRecordException: no complete batch at all, an offset
+    range that disagrees with the record count, control batches (only coordinators write
+    markers), and a producer id without a base sequence."""
+    from .records import MemoryRecords
+    batches = MemoryRecords(bytes(records)).batches()
+    if not batches:
+        raise InvalidRecordError("produce requests must have at least one record batch per partition")
+    for batch in batches:
+        if batch.magic < 2:
+            continue
+        if batch.records_count <= 0 or batch.last_offset_delta + 1 != batch.records_count:
+            raise InvalidRecordError(
+                f"inconsistent batch offset range [0, {batch.last_offset_delta}] and count of "
+                f"records {batch.records_count}")
+        if batch.is_control:
+            raise InvalidRecordError("clients are not allowed to write control records")
+        if batch.producer_id >= 0 and batch.base_sequence < 0:
+            raise InvalidRecordError(f"invalid sequence number {batch.base_sequence} in record "
+                                     f"batch with producerId {batch.producer_id}")
 
 
 def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bool = True,

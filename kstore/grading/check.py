@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -60,15 +59,13 @@ def select(target: str, ns: dict[str, Any]) -> tuple[list[str], list[str]]:
     exercise; any target brings earlier exercises' tasks whose functions are all defined in `ns`."""
     ex, task = parse_target(target)
     if task is None:
-        focus = [t.id for t in ex.tasks]
+        run = focus = [t.id for t in ex.tasks]
     else:
-        focus = [t.id for t in ex.tasks[:ex.tasks.index(task) + 1]]
-        focus = focus[-1:]
-    run = [t.id for t in ex.tasks[:ex.tasks.index(task) + 1]] if task else list(focus)
-    for other in EXERCISES.values():
-        if other.chapter < ex.chapter:
-            run = [t.id for t in other.tasks if _defined(ns, t.functions)] + run
-    return run, focus
+        run = [t.id for t in ex.tasks[:ex.tasks.index(task) + 1]]
+        focus = [task.id]
+    earlier = [t.id for other in EXERCISES.values() if other.chapter < ex.chapter
+               for t in other.tasks if _defined(ns, t.functions)]
+    return earlier + run, focus
 
 
 def render(result: RunResult, target: str, focus: list[str], verbose: bool = False) -> str:
@@ -118,7 +115,7 @@ def check(target: str, namespace: dict[str, Any] | None = None, *, verbose: bool
     ns = namespace if namespace is not None else sys._getframe(1).f_globals
     # hypothesis keeps a cache; keep it out of the notebook's folder
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
-                          os.path.join(tempfile.gettempdir(), "kstore-hypothesis"))
+                          os.path.join(os.path.expanduser("~"), ".cache", "kstore", "hypothesis"))
     run, focus = select(target, ns)
     exercises = sorted({TASKS[t].exercise_id for t in run})
     result = run_tests(ns, exercises, tasks=run, test_timeout=test_timeout)

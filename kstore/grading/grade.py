@@ -103,6 +103,9 @@ class Grader:
             if exercise_id not in self._inventory:
                 from .runner import inventory
                 run = inventory([exercise_id], tests_dir=self.tests_dir)
+                if run.errors or not run.tests:
+                    raise RuntimeError(f"cannot list the tests of {exercise_id}: "
+                                       f"{'; '.join(run.errors) or 'no tests found'}")
                 self._inventory[exercise_id] = [t.to_dict() for t in run.tests]
             return self._inventory[exercise_id]
 
@@ -197,8 +200,9 @@ class Grader:
                     sub.set_status("exit", f"cell {ev['index']}: {ev['error']}")
                 elif ev.get("status") == "error":
                     sub.set_status("cell-error", f"cell {ev['index']}: {ev['error']}")
-            elif kind == "test" and ev.get("nodeid") in tests:
-                t = tests[ev["nodeid"]]
+            elif kind == "test" and ev.get("nodeid"):
+                t = tests.setdefault(ev["nodeid"], {k: ev.get(k) for k in
+                                                    ("nodeid", "name", "task", "extra", "points")})
                 for k in ("earned", "outcome", "message", "duration"):
                     t[k] = ev.get(k, t.get(k))
                 if ev.get("outcome") == "timeout":

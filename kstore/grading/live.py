@@ -119,11 +119,6 @@ def hexdump(data: bytes, width: int = 16, limit: int = 256) -> str:
     return "\n".join(lines)
 
 
-def func(f: Callable) -> Callable:
-    """Identity; marks in notebooks that a learner's function is handed to the engine."""
-    return f
-
-
 # ------------------------------------------------------------------ chapter plugs
 def record_encoding(write_varint: Callable, read_varint: Callable, write_varlong: Callable,
                     encode_record: Callable) -> list[Patch]:
@@ -303,3 +298,213 @@ def crash_recovery(valid_prefix_length: Callable, rebuild_index: Callable) -> li
         return truncated
 
     return [Patch(LogSegment, "recover", recover)]
+
+
+def retention_rules(deletable_segments: Callable | None = None, retention_time_breached: Callable | None = None,
+                    size_breach_count: Callable | None = None) -> list[Patch]:
+    """Ch. 06: the log's retention pass (`Log.delete_old_segments`) asks the learner's functions."""
+    from .. import retention
+    patches = []
+    if deletable_segments is not None:
+        def walk(segments, predicate, *, high_watermark, log_end_offset):
+            return deletable_segments(list(segments), predicate, high_watermark, log_end_offset)
+        patches.append(Patch(retention, "deletable_segments", walk))
+    if retention_time_breached is not None:
+        def time_rule(now_ms, retention_ms):
+            return lambda segment, _next: retention_time_breached(segment, now_ms, retention_ms)
+        patches.append(Patch(retention, "retention_ms_breached", time_rule))
+    if size_breach_count is not None:
+        def size_rule(log_size, retention_bytes):
+            seen: list[int] = []
+
+            def predicate(segment, _next):
+                seen.append(segment.size)
+                # what is not seen yet counts as one more segment: the count depends only on the prefix
+                sizes = seen + [max(0, log_size - sum(seen))]
+                return size_breach_count(sizes, retention_bytes) >= len(seen)
+            return predicate
+        patches.append(Patch(retention, "retention_size_breached", size_rule))
+    return patches
+
+
+def compaction(should_retain_record: Callable | None = None,
+               group_segments_by_size: Callable | None = None) -> list[Patch]:
+    """Ch. 07: the cleaner keeps records, and groups segments, by the learner's rules."""
+    from .. import cleaner
+    patches = []
+    if should_retain_record is not None:
+        patches.append(Patch(cleaner, "should_retain_record", should_retain_record))
+    if group_segments_by_size is not None:
+        patches.append(Patch(cleaner, "group_segments_by_size", group_segments_by_size))
+    return patches
+
+
+def committed_offsets(partition_for: Callable | None = None, encode_offset_commit: Callable | None = None,
+                      decode_offset_commit: Callable | None = None) -> list[Patch]:
+    """Ch. 08: the group coordinator places groups, and writes and reads `__consumer_offsets`
+    records, with the learner's functions."""
+    from .. import group_coordinator
+    from ..coordinator_records import OffsetCommitKey, OffsetCommitValue
+    patches = []
+    if partition_for is not None:
+        patches.append(Patch(group_coordinator, "partition_for", partition_for))
+    if encode_offset_commit is not None:
+        original_key, original_value = OffsetCommitKey.encode, OffsetCommitValue.encode
+
+        def encode_key(self, version: int = 1) -> bytes:
+            if version != 1:
+                return original_key(self, version)
+            return encode_offset_commit(self.group, self.topic, self.partition, 0, -1, "", 0)[0]
+
+        def encode_value(self) -> bytes:
+            if self.expire_timestamp is not None:      # value v1: not part of the exercise
+                return original_value(self)
+            return encode_offset_commit("", "", 0, self.offset, self.leader_epoch, self.metadata,
+                                        self.commit_timestamp)[1]
+        patches += [Patch(OffsetCommitKey, "encode", encode_key), Patch(OffsetCommitValue, "encode", encode_value)]
+    if decode_offset_commit is not None:
+        any_key = OffsetCommitKey("group", "topic", 0).encode()
+
+        def decode_value(value: bytes) -> OffsetCommitValue:
+            _, _, _, offset, epoch, metadata, ts = decode_offset_commit(any_key, value)
+            return OffsetCommitValue(offset, metadata, ts, epoch)
+        patches.append(Patch(group_coordinator, "decode_offset_commit_value", decode_value))
+    return patches
+
+
+def replication_rules(leader_high_watermark: Callable | None = None, follower_high_watermark: Callable | None = None,
+                      is_caught_up: Callable | None = None, may_join_isr: Callable | None = None) -> list[Patch]:
+    """Ch. 09: the leader moves its HW, followers set theirs, and the ISR shrinks and grows, by the
+    learner's rules. The leader hands its rule the LEO of *every* replica and the ISR."""
+    from .. import partition as part_mod, replica_fetcher
+    from ..partition import Partition
+    patches = []
+    if leader_high_watermark is not None:
+        def maybe_increment_leader_hw(self) -> bool:
+            with self.lock:
+                if not self.is_leader:
+                    return False
+                leos = {self.broker_id: self.log.log_end_offset}
+                leos.update({b: st.log_end_offset for b, st in self.remote.items()})
+                new_hw = leader_high_watermark(leos, list(self.isr), self.min_insync_replicas)
+                if new_hw is None or new_hw <= self.high_watermark:
+                    return False
+                self.log.maybe_increment_high_watermark(min(new_hw, self.log.log_end_offset))
+                self.hw_changed.notify_all()
+                return True
+        patches.append(Patch(Partition, "maybe_increment_leader_hw", maybe_increment_leader_hw))
+    if follower_high_watermark is not None:
+        patches.append(Patch(replica_fetcher, "follower_high_watermark", follower_high_watermark))
+    if is_caught_up is not None:
+        patches.append(Patch(part_mod, "is_caught_up", is_caught_up))
+    if may_join_isr is not None:
+        patches.append(Patch(part_mod, "may_join_isr", may_join_isr))
+    return patches
+
+
+def leader_epochs(end_offset_for: Callable | None = None, truncation_offset: Callable | None = None) -> list[Patch]:
+    """Ch. 10: leaders answer OffsetsForLeaderEpoch, and followers truncate, with the learner's code."""
+    from .. import replica_fetcher
+    from ..leader_epoch import LeaderEpochFileCache
+    patches = []
+    if end_offset_for is not None:
+        def answer(self, requested_epoch, log_end_offset):
+            with self._lock:
+                return tuple(end_offset_for([tuple(e) for e in self._entries], requested_epoch, log_end_offset))
+        patches.append(Patch(LeaderEpochFileCache, "end_offset_for", answer))
+    if truncation_offset is not None:
+        patches.append(Patch(replica_fetcher, "truncation_offset", truncation_offset))
+    return patches
+
+
+def kip101_scenario_1(root: str, truncation: str) -> dict:
+    """KIP-101 scenario 1 on a stepped 2-broker cluster: an acknowledged record, a follower restart,
+    a leader failure. Returns what every replica holds at the end, and what happened."""
+    from ..cluster import Cluster
+    c = Cluster(root, num_brokers=2, truncation=truncation)
+    try:
+        c.create_topic("kip101", 1, 2, {"min.insync.replicas": 1})
+        c.produce("kip101", 0, ["m0"])
+        c.replicate(rounds=2)
+        c.advance(5000)                                   # both checkpoint HW 1
+        acked = c.produce("kip101", 0, ["m1"])            # acks=all
+        c.fetch(1, "kip101")                              # B gets m1 (HW 1)
+        c.fetch(1, "kip101")                              # A learns B has m1: HW 2, m1 acknowledged
+        c.advance(5000)
+        steps = [f"m1 acknowledged to the producer: {acked.done and acked.error is None}",
+                 c.describe("kip101")]
+        c.bounce(1)                                       # B restarts
+        steps.append(f"B restarts: {c.last_truncations[0].detail}")
+        c.crash(0)                                        # A dies: B becomes leader
+        c.restart(0)
+        steps.append(f"A fails, B leads; A comes back: {c.last_truncations[0].detail if c.last_truncations else '-'}")
+        c.replicate(rounds=2)
+        values = {r.broker_id: [v.decode() for _, v in r.values] for r in c.state("kip101")}
+        return {"acked": acked.done and acked.error is None, "values": values, "steps": steps,
+                "consumed": [r.value.decode() for r in c.consume("kip101")]}
+    finally:
+        c.shutdown()
+
+
+def kip101_scenario_2(root: str, truncation: str) -> dict:
+    """KIP-101 scenario 2: both replicas lose power; the follower (which lost an unflushed record)
+    comes back first and leads. Returns what every replica holds at offset 0 and 1."""
+    from ..cluster import Cluster
+    c = Cluster(root, num_brokers=2, truncation=truncation)
+    try:
+        c.create_topic("kip101", 1, 2, {"min.insync.replicas": 1})
+        c.produce("kip101", 0, ["m0"])
+        c.replicate(rounds=2)
+        c.brokers[1].get_log("kip101", 0).flush()         # B's disk has m0 only
+        c.produce("kip101", 0, ["m1"])
+        c.replicate(rounds=2)
+        c.brokers[0].get_log("kip101", 0).flush()         # A's disk has m0, m1
+        c.advance(5000)
+        c.crash(1, lose_unflushed=True, notify_controller=False)
+        c.crash(0, lose_unflushed=True)                   # power loss on both
+        c.restart(1)                                      # B first: leader of epoch 1, without m1
+        c.produce("kip101", 0, ["m2"])                    # m2 lands at offset 1
+        c.restart(0)
+        detail = c.last_truncations[0].detail if c.last_truncations else "-"
+        c.replicate(rounds=2)
+        values = {r.broker_id: [v.decode() for _, v in r.values] for r in c.state("kip101")}
+        return {"values": values, "steps": [f"A comes back as a follower: {detail}"]}
+    finally:
+        c.shutdown()
+
+
+class _Fd:
+    """A socket as the learner's send_range sees it: something with `fileno()`."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def zero_copy(fetch_range: Callable | None = None, send_range: Callable | None = None) -> list[Patch]:
+    """Ch. 11: segment reads pick their byte range, and file slices are sent, with the learner's code."""
+    from ..file_records import FileSlice
+    from ..segment import FetchDataInfo, LogOffsetMetadata, LogSegment, _NO_MAX_POSITION
+    from .views import SegmentView
+    patches = []
+    if fetch_range is not None:
+        def read(self, start_offset, max_size, max_position=None, min_one_message=False):
+            found = fetch_range(SegmentView(self, with_translate=True), start_offset, max_size, min_one_message)
+            if found is None:
+                return None
+            position, size = found
+            if max_position is _NO_MAX_POSITION:
+                size = 0
+            elif max_position is not None:
+                size = max(0, min(size, max_position - position))
+            return FetchDataInfo(LogOffsetMetadata(start_offset, self.base_offset, position),
+                                 self.log.slice(position, size))
+        patches.append(Patch(LogSegment, "read", read))
+    if send_range is not None:
+        def send_to(self, sock_fd, offset=0, count=None):
+            count = self.size - offset if count is None else count
+            return send_range(_Fd(sock_fd), self.file.fd, self.position + offset, count)
+        patches.append(Patch(FileSlice, "send_to", send_to))
+    return patches

@@ -35,9 +35,10 @@ def task(task_id: str, points: float = 1):
     return pytest.mark.task(task_id, points=points)
 
 
-#: Marks a test the notebook does not name: it ships openly and counts like the others, but the
-#: report lists it as "extra" (tests named `test_extra_*` are extra too).
-extra = pytest.mark.extra
+def extra(test):
+    """Mark a test the notebook does not name: it ships openly and counts like the others, but the
+    report lists it as "extra" (tests named `test_extra_*` are extra too)."""
+    return pytest.mark.extra(test)
 
 #: Settings for property tests: deterministic (everyone is graded on the same examples), no
 #: deadline (a learner's code may be slow), no database written next to the notebook.

@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--file-mb", type=int, default=512)
     p.add_argument("--max-output", type=int, default=65536)
     args = p.parse_args(argv)
+    workdir, tmpdir = os.getcwd(), os.environ.get("TMPDIR")
 
     result_fd = os.dup(1)                         # the parent's pipe; not inherited by children
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     real_stdout, real_stderr = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out
+    sys.argv = ["notebook"]                       # the learner's code need not see the grader's paths
     for cell in notebooks.code_cells(nb):
         if any(t in cell.tags for t in notebooks.SKIPPED_WHEN_GRADING) or not cell.source.strip():
             continue
@@ -171,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_result(outcome) -> None:
         emit({"event": "test", **outcome.to_dict()})
+
+    for d in (workdir, tmpdir):                   # the learner may have deleted them
+        if d:
+            os.makedirs(d, exist_ok=True)
+    os.chdir(workdir)
 
     try:
         run = run_tests(shell.user_ns, [args.exercise], test_timeout=args.test_timeout,

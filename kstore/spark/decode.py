@@ -1,21 +1,29 @@
 """RecordBatch v2 bytes → Arrow record batches with the Kafka source's columns.
 
 Spark's Python data sources are fastest when `read()` yields `pyarrow.RecordBatch`es: Spark then
-takes the columns as they are, instead of converting one Python tuple per row. So the reader never
-builds `Record` objects: it walks each batch's records with the varints inlined (one- and two-byte
-varints, nearly all of them, never leave the loop) and appends straight into column lists, which
-become Arrow arrays once ~64k rows have accumulated:
+takes the columns as they are, instead of converting one Python tuple per row. The reader never
+builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows:
+
+1. per batch, in Python: check the CRC (as Kafka's consumers do, `check.crcs=true`), decompress
+   the records section once (`kstore.compression`), and walk the chain of record lengths — the
+   only step that must go record by record (a record's start depends on the previous length);
+   one- and two-byte varints, nearly all of them, never leave the loop;
+2. for all the records at once, with numpy: every other field sits at a position computed from
+   the previous field's position and varint size, so attributes, timestamp delta, offset delta,
+   key length and value length are decoded as whole columns (`_varints`). Keys and values are
+   then cut out of the buffer by Arrow itself: an Arrow binary array is built over the buffer
+   whose offsets alternate [key start, key end, next key start, ...] — every even element is a
+   key, every odd one the bytes in between — and `take` of the even elements copies the keys
+   into a contiguous array in C++.
+
+The batch header gives everything shared by its records: base offset, base timestamp, timestamp
+type (attributes bit 3; LogAppendTime batches carry the broker's time in maxTimestamp),
+compression, control flag (transaction markers are skipped, as consumers skip them). Offsets may
+have gaps (compaction) and a fetch starts at a batch boundary, so records outside [start, end) are
+masked out. Headers (includeHeaders=true) are parsed in Python, only for records that have some.
 
     key binary, value binary, topic string, partition int, offset long,
     timestamp timestamp (µs, UTC), timestampType int [, headers array<struct<key string, value binary>>]
-
-The batch header tells everything that is the same for its records: base offset, base timestamp,
-timestamp type (attributes bit 3; LogAppendTime batches carry the broker's time in maxTimestamp),
-compression (the records section is decompressed once with `kstore.compression`), control flag
-(transaction markers are skipped, as consumers skip them). Offsets may have gaps (compaction) and a
-batch may begin below the requested start offset (a fetch starts at a batch boundary): records
-outside [start, end) are dropped, and only batches that straddle a boundary pay for that check.
-The CRC is checked for every batch, as Kafka's consumers do (`check.crcs=true`).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ ARROW_SCHEMA = pa.schema([
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADER_TYPE))
 
 ROWS_PER_ARROW_BATCH = 65536
+MAX_ARROW_BATCH_BYTES = 64 * 1024 * 1024
 _HEADER_UNPACK = HEADER.unpack_from
 
 
@@ -60,8 +69,46 @@ def _varint_slow(data, p: int) -> tuple[int, int]:
             raise InvalidRecordError(f"varint longer than 10 bytes at position {p - 10}")
 
 
+def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zig-zag varints at every position of `pos` in `buf`: (values, sizes in bytes)."""
+    b = buf[pos].astype(np.uint64)
+    value = b & np.uint64(0x7F)
+    size = np.ones(len(pos), dtype=np.int64)
+    more = np.flatnonzero(b >= 0x80)
+    shift = 7
+    while more.size:
+        if shift > 63:
+            raise InvalidRecordError("a varint longer than 10 bytes")
+        nxt = buf[pos[more] + size[more]].astype(np.uint64)
+        value[more] |= (nxt & np.uint64(0x7F)) << np.uint64(shift)
+        size[more] += 1
+        more = more[nxt >= 0x80]
+        shift += 7
+    return (value >> np.uint64(1)).view(np.int64) ^ -(value & np.uint64(1)).view(np.int64), size
+
+
+def _cut(buf_arrow: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of buf[starts[i] : starts[i] + lengths[i]] (null where length < 0)."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], type=pa.binary())
+    present = lengths >= 0
+    ends = starts + np.where(present, lengths, 0)
+    offsets = np.empty(2 * n, dtype=np.int32)
+    offsets[0::2] = starts
+    offsets[1::2] = ends
+    validity = None
+    if not present.all():
+        bits = np.ones(2 * n - 1, dtype=bool)
+        bits[0::2] = present
+        validity = pa.py_buffer(np.packbits(bits, bitorder="little"))
+    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1,
+                                        [validity, pa.py_buffer(offsets), buf_arrow])
+    return interleaved.take(pa.array(np.arange(0, 2 * n - 1, 2, dtype=np.int64)))
+
+
 class ColumnBuilder:
-    """Column lists for one topic-partition, cut into Arrow record batches."""
+    """Batches of one topic-partition, decoded into Arrow record batches of ~64k rows."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool = False,
                  rows_per_batch: int = ROWS_PER_ARROW_BATCH):
@@ -71,24 +118,25 @@ class ColumnBuilder:
         self.schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
         self._topic_bytes = topic.encode("utf-8")
         self._reset()
-        self.rows = 0            # rows emitted so far (all Arrow batches)
-        self.last_offset = -1    # offset of the last record kept
+        self.rows = 0            # rows emitted so far
 
     def _reset(self) -> None:
-        self.keys: list = []
-        self.values: list = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.type_runs: list[tuple[int, int]] = []   # (timestampType, number of rows)
-        self.headers: list = []
+        self._payloads: list[bytes] = []
+        self._size = 0
+        self._lengths: list[int] = []       # zig-zag length varint of every record
+        self._batches: list[tuple] = []     # (count, base offset, base ts, log-append ts, lo, hi)
+        self._pending = 0
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self._pending
 
-    # ---- decoding
+    def full(self) -> bool:
+        return self._pending >= self.rows_per_batch or self._size >= MAX_ARROW_BATCH_BYTES
+
+    # ---- step 1: per batch
     def add_batch(self, buf, pos: int, start: int, end: int, check_crc: bool = True) -> int:
-        """Decode the v2 batch at buf[pos:] keeping records with start ≤ offset < end.
-        Returns the number of records kept."""
+        """Queue the records of the v2 batch at buf[pos:] whose offsets are in [start, end).
+        Returns the number of records queued (a batch straddling a bound is trimmed on flush)."""
         magic = buf[pos + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
             raise InvalidRecordError(
@@ -103,178 +151,167 @@ class ColumnBuilder:
                 raise CorruptRecordError(
                     f"record batch at offset {base_offset} of {self.topic}-{self.partition} is "
                     f"corrupt (stored crc = {crc:#010x}, computed crc = {computed:#010x})")
-        if attributes & CONTROL_FLAG_MASK or count == 0:
+        if attributes & CONTROL_FLAG_MASK or count <= 0:
             return 0                     # transaction markers / emptied batches: not data
-        last_offset = base_offset + last_delta
-        if last_offset < start or base_offset >= end:
+        if base_offset + last_delta < start or base_offset >= end:
             return 0
         codec = attributes & COMPRESSION_CODEC_MASK
         raw = buf[pos + RECORD_BATCH_OVERHEAD:pos + size]
         data = bytes(raw) if codec == 0 else decompress(Compression(codec), raw)
-        log_append = bool(attributes & TIMESTAMP_TYPE_MASK)
-        whole = base_offset >= start and last_offset < end
-        before = len(self.offsets)
-        self._decode(data, count, base_offset, base_ts, max_ts if log_append else None,
-                     None if whole else (start, end))
-        kept = len(self.offsets) - before
-        if kept:
-            self.type_runs.append((1 if log_append else 0, kept))
-            self.last_offset = self.offsets[-1]
-        return kept
+        self._walk(data, count, self._lengths.append, base_offset)
+        self._payloads.append(data)
+        self._size += len(data)
+        log_append = max_ts if attributes & TIMESTAMP_TYPE_MASK else None
+        whole = base_offset >= start and base_offset + last_delta < end
+        self._batches.append((count, base_offset, base_ts, log_append,
+                              None if whole else start, None if whole else end))
+        self._pending += count
+        return count
 
-    def _decode(self, data: bytes, count: int, base_offset: int, base_ts: int,
-                log_append_ts: int | None, bounds: tuple[int, int] | None) -> None:
-        keys_append, values_append = self.keys.append, self.values.append
-        offsets_append, ts_append = self.offsets.append, self.timestamps.append
-        headers_append = self.headers.append if self.include_headers else None
-        slow = _varint_slow
+    def _walk(self, data: bytes, count: int, append, base_offset: int) -> None:
+        """Record boundaries: append the raw (zig-zag) length varint of each record. Positions
+        are computed from these later, as whole columns (a record is its length varint + body)."""
         n = len(data)
         p = 0
         try:
             for _ in range(count):
-                # length (zig-zag varint; one or two bytes for records up to 8 KiB)
                 b = data[p]
                 if b < 0x80:
-                    ln = (b >> 1) ^ -(b & 1)
-                    p += 1
+                    v = b
+                    p += 1 + (b >> 1)
                 else:
                     b2 = data[p + 1]
                     if b2 < 0x80:
                         v = (b & 0x7F) | (b2 << 7)
-                        ln = (v >> 1) ^ -(v & 1)
-                        p += 2
+                        p += 2 + (v >> 1)
                     else:
-                        ln, p = slow(data, p)
-                rec_end = p + ln
-                p += 1                                  # attributes (unused)
-                b = data[p]                             # timestamp delta
-                if b < 0x80:
-                    tsd = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    tsd, p = slow(data, p)
-                b = data[p]                             # offset delta
-                if b < 0x80:
-                    od = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    b2 = data[p + 1]
-                    if b2 < 0x80:
-                        v = (b & 0x7F) | (b2 << 7)
-                        od = (v >> 1) ^ -(v & 1)
-                        p += 2
-                    else:
-                        od, p = slow(data, p)
-                b = data[p]                             # key length
-                if b < 0x80:
-                    kl = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    kl, p = slow(data, p)
-                if kl < 0:
-                    key = None
-                else:
-                    key = data[p:p + kl]
-                    p += kl
-                b = data[p]                             # value length
-                if b < 0x80:
-                    vl = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    b2 = data[p + 1]
-                    if b2 < 0x80:
-                        v = (b & 0x7F) | (b2 << 7)
-                        vl = (v >> 1) ^ -(v & 1)
-                        p += 2
-                    else:
-                        vl, p = slow(data, p)
-                if vl < 0:
-                    value = None
-                else:
-                    value = data[p:p + vl]
-                    p += vl
-                if p > rec_end or rec_end > n:
-                    raise InvalidRecordError(
-                        f"record at offset {base_offset + od} of {self.topic}-{self.partition} "
-                        f"runs past its declared length")
-                offset = base_offset + od
-                if bounds is not None and not bounds[0] <= offset < bounds[1]:
-                    p = rec_end
-                    continue
-                if headers_append is not None:
-                    headers_append(self._headers(data, p, rec_end) if p < rec_end and data[p] else None)
-                p = rec_end
-                keys_append(key)
-                values_append(value)
-                offsets_append(offset)
-                ts_append(log_append_ts if log_append_ts is not None else base_ts + tsd)
+                        ln, q = _varint_slow(data, p)
+                        if ln < 0:
+                            raise InvalidRecordError(f"record of {ln} bytes")
+                        v = ln << 1
+                        p = q + ln
+                append(v)
         except IndexError:
-            raise InvalidRecordError(
-                f"premature end of a batch at offset {base_offset} of {self.topic}-"
-                f"{self.partition}: it declares {count} records") from None
+            p = n + 1
         if p != n:
             raise InvalidRecordError(
                 f"batch at offset {base_offset} of {self.topic}-{self.partition} declares {count} "
-                f"records but {n - p} bytes are left over")
+                f"records, which do not fill its {n} bytes of records exactly")
 
-    @staticmethod
-    def _headers(data: bytes, p: int, end: int) -> list[tuple[str, bytes | None]] | None:
-        count, p = _varint_slow(data, p)
-        if count < 0 or count > end - p:
-            raise InvalidRecordError(f"found invalid number of record headers {count}")
-        out = []
-        for _ in range(count):
-            kl, p = _varint_slow(data, p)
-            if kl < 0:
-                raise InvalidRecordError("invalid negative header key size")
-            hkey = data[p:p + kl].decode("utf-8", errors="replace")
-            p += kl
-            vl, p = _varint_slow(data, p)
-            if vl < 0:
-                out.append((hkey, None))
-            else:
-                out.append((hkey, data[p:p + vl]))
-                p += vl
-        if p != end:
-            raise InvalidRecordError("record headers do not end where the record does")
-        return out or None
-
-    # ---- Arrow
-    def full(self) -> bool:
-        return len(self.offsets) >= self.rows_per_batch
-
+    # ---- step 2: whole columns
     def flush(self) -> pa.RecordBatch | None:
-        """The rows gathered so far as one Arrow record batch (None when there are none)."""
-        n = len(self.offsets)
+        """The queued records as one Arrow record batch (None when there are none)."""
+        n_all = self._pending
+        if n_all == 0:
+            return None
+        data = b"".join(self._payloads) if len(self._payloads) > 1 else self._payloads[0]
+        try:
+            return self._columns(data)
+        except IndexError:
+            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} runs past the "
+                                     f"end of its batch") from None
+
+    def _columns(self, data: bytes) -> pa.RecordBatch | None:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        zz = np.array(self._lengths, dtype=np.int64)
+        if (zz & 1).any():
+            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} has a negative "
+                                     f"length")
+        length = zz >> 1
+        varint_size = 1 + (zz >= 1 << 7) + (zz >= 1 << 14) + (zz >= 1 << 21) + (zz >= 1 << 28)
+        ends = np.cumsum(varint_size + length)          # payloads are back to back, each full
+        starts = ends - length
+        if (length < 6).any():                          # attributes + 4 varints + header count
+            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} is shorter than "
+                                     f"the smallest possible record")
+        meta = self._batches
+        counts = np.array([m[0] for m in meta], dtype=np.int64)
+        pos = starts + 1                                   # skip the attributes byte
+        ts_delta, size = _varints(buf, pos)
+        pos += size
+        offset_delta, size = _varints(buf, pos)
+        pos += size
+        key_len, size = _varints(buf, pos)
+        pos += size
+        key_start = pos
+        pos = pos + np.maximum(key_len, 0)
+        value_len, size = _varints(buf, np.minimum(pos, len(buf) - 1))
+        pos += size
+        value_start = pos
+        pos = pos + np.maximum(value_len, 0)               # the header count is here
+        if (pos >= ends).any() or (key_len < -1).any() or (value_len < -1).any():
+            bad = int(np.flatnonzero((pos >= ends) | (key_len < -1) | (value_len < -1))[0])
+            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} near offset "
+                                     f"{int(np.repeat([m[1] for m in meta], counts)[bad])} has "
+                                     f"field sizes that run past its end")
+        offsets = np.repeat(np.array([m[1] for m in meta], dtype=np.int64), counts) + offset_delta
+        ts = np.where(np.repeat(np.array([m[3] is not None for m in meta]), counts),
+                      np.repeat(np.array([m[3] if m[3] is not None else 0 for m in meta],
+                                         dtype=np.int64), counts),
+                      np.repeat(np.array([m[2] for m in meta], dtype=np.int64), counts) + ts_delta)
+        types = np.repeat(np.array([m[3] is not None for m in meta], dtype=np.int32), counts)
+        keep = None
+        if any(m[4] is not None for m in meta):
+            lo = np.repeat(np.array([m[4] if m[4] is not None else -(1 << 62) for m in meta],
+                                    dtype=np.int64), counts)
+            hi = np.repeat(np.array([m[5] if m[5] is not None else 1 << 62 for m in meta],
+                                    dtype=np.int64), counts)
+            keep = (offsets >= lo) & (offsets < hi)
+            if keep.all():
+                keep = None
+        if keep is not None:
+            offsets, ts, types = offsets[keep], ts[keep], types[keep]
+            key_start, key_len = key_start[keep], key_len[keep]
+            value_start, value_len = value_start[keep], value_len[keep]
+            pos, ends = pos[keep], ends[keep]
+        n = len(offsets)
+        self._reset()
         if n == 0:
             return None
+        arrow_buf = pa.py_buffer(data)
         topic = self._topic_bytes
-        topic_offsets = np.arange(0, (n + 1) * len(topic), len(topic) or 1, dtype=np.int32)[:n + 1] \
-            if topic else np.zeros(n + 1, dtype=np.int32)
-        topics = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
-                                                         pa.py_buffer(topic * n)])
-        ts = np.fromiter(self.timestamps, dtype=np.int64, count=n)
-        ts *= 1000
-        if len(self.type_runs) == 1:
-            types = np.full(n, self.type_runs[0][0], dtype=np.int32)
-        else:
-            types = np.repeat(np.array([t for t, _ in self.type_runs], dtype=np.int32),
-                              [c for _, c in self.type_runs])
+        topic_offsets = (np.arange(n + 1, dtype=np.int32) * len(topic)).astype(np.int32)
         columns = [
-            pa.array(self.keys, type=pa.binary()),
-            pa.array(self.values, type=pa.binary()),
-            topics,
+            _cut(arrow_buf, key_start, key_len),
+            _cut(arrow_buf, value_start, value_len),
+            pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
+                                                    pa.py_buffer(topic * n)]),
             pa.array(np.full(n, self.partition, dtype=np.int32)),
-            pa.array(np.fromiter(self.offsets, dtype=np.int64, count=n)),
-            pa.array(ts, type=TIMESTAMP_TYPE),
+            pa.array(offsets),
+            pa.array(ts * 1000, type=TIMESTAMP_TYPE),
             pa.array(types),
         ]
         if self.include_headers:
-            columns.append(pa.array(self.headers, type=HEADER_TYPE))
+            has = np.flatnonzero(buf[pos] != 0)
+            headers: list = [None] * n
+            for i in has.tolist():
+                headers[i] = _parse_headers(data, int(pos[i]), int(ends[i]))
+            columns.append(pa.array(headers, type=HEADER_TYPE))
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         self.rows += n
-        self._reset()
         return batch
+
+
+def _parse_headers(data: bytes, p: int, end: int) -> list[tuple[str, bytes | None]] | None:
+    count, p = _varint_slow(data, p)
+    if count < 0 or count > end - p:
+        raise InvalidRecordError(f"found invalid number of record headers {count}")
+    out = []
+    for _ in range(count):
+        kl, p = _varint_slow(data, p)
+        if kl < 0:
+            raise InvalidRecordError("invalid negative header key size")
+        hkey = data[p:p + kl].decode("utf-8", errors="replace")
+        p += kl
+        vl, p = _varint_slow(data, p)
+        if vl < 0:
+            out.append((hkey, None))
+        else:
+            out.append((hkey, data[p:p + vl]))
+            p += vl
+    if p != end:
+        raise InvalidRecordError("record headers do not end where the record does")
+    return out or None
 
 
 def batch_spans(buf, start_pos: int = 0):

@@ -36,6 +36,8 @@ import re
 import struct
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from ..checkpoint import (LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
                           OffsetCheckpointFile)
 from ..errors import CorruptRecordError, KStoreError
@@ -303,8 +305,12 @@ def _first_record_at_or_after(buf: bytes, timestamp: int, min_offset: int, bound
                               topic: str, partition: int) -> int | None:
     builder = ColumnBuilder(topic, partition)
     builder.add_batch(buf, 0, min_offset, bound)
-    for offset, ts in zip(builder.offsets, builder.timestamps):
-        if ts >= timestamp:
+    batch = builder.flush()
+    if batch is None:
+        return None
+    for offset, ts in zip(batch.column("offset").to_pylist(),
+                          batch.column("timestamp").cast(pa.int64()).to_pylist()):
+        if ts >= timestamp * 1000:
             return offset
     return None
 

@@ -38,7 +38,7 @@ SOURCE_OPTIONS = [
 ]
 SINK_OPTIONS = ["path", "kafka.bootstrap.servers", "topic", "includeHeaders",
                 "kafkaConsumer.pollTimeoutMs", "kstore.lockTimeoutMs", "kstore.stagingDir",
-                "kstore.compression", "kstore.sinkId"]
+                "kstore.compression", "kstore.sinkId", "kstore.batchId"]
 # Added by Spark itself to a streaming sink's options.
 SPARK_ADDED = ["checkpointLocation", "queryName"]
 
@@ -330,6 +330,7 @@ class SinkOptions:
     staging_dir: str | None = None
     compression: str = "none"
     sink_id: str | None = None
+    batch_id: int | None = None
     checkpoint_location: str | None = None
 
 
@@ -350,6 +351,18 @@ def parse_sink_options(options: dict) -> SinkOptions:
         Compression.from_name(compression)
     except ValueError as e:
         raise KStoreOptionError(f"option 'kstore.compression': {e}") from None
+    batch_id = options.get("kstore.batchId")
+    if batch_id is not None:
+        try:
+            batch_id = int(str(batch_id).strip())
+        except ValueError:
+            batch_id = -1
+        if batch_id < 0:
+            raise KStoreOptionError(f"option 'kstore.batchId' must be a non-negative integer (e.g. "
+                                    f"foreachBatch's batch id), got {options['kstore.batchId']!r}")
+        if not options.get("kstore.sinkId"):
+            raise KStoreOptionError("option 'kstore.batchId' needs 'kstore.sinkId' too: together "
+                                    "they make a write idempotent")
     return SinkOptions(location, topic, _positive_int(options, "kstore.lockTimeoutMs") or 30000,
                        options.get("kstore.stagingDir"), compression, options.get("kstore.sinkId"),
-                       options.get("checkpointLocation"))
+                       batch_id, options.get("checkpointLocation"))

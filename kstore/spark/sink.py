@@ -5,35 +5,37 @@ The DataFrame has Kafka's write schema: `value` (string or binary, null = tombst
 optionally `key` (string or binary), `topic` (string; the `topic` option overrides it),
 `partition` (int; otherwise Kafka's partitioner: murmur2 of the key, sticky for keyless records)
 and `headers` (array<struct<key string, value binary>>). Other columns are ignored, as Kafka's
-sink ignores them.
+sink ignores them. Only `mode("append")`: a topic is an append-only log.
 
-Who writes, and the `.lock`: a log directory belongs to one writer at a time (a Broker takes its
+Who writes, and the `.lock`. A log directory belongs to one writer at a time (a Broker takes its
 `.lock`, as Kafka's broker does), while Spark runs many write tasks at once, in other processes.
-So the tasks never touch the log. The work is split in two:
+So the tasks never touch the log; the work is split in two:
 
-1. `write()` (each executor task, in parallel): encode its rows into RecordBatch v2 bytes, one run
-   of batches per target partition, and stage them in a file
-   (`<log dir>/.kstore-spark-staging/<write id>/<batch>/task-...`); return where they are;
+1. `write()` (each executor task, in parallel): encode the task's rows into RecordBatch v2 bytes,
+   one run of batches per target partition, and stage them in a file
+   (`<log dir>/.kstore-spark-staging/<write id>/batch-<id>/task-...`); return where they are;
 2. `commit()` (once, after every task succeeded, in one driver-side process): open a `Broker` on
    the log directory — waiting up to `kstore.lockTimeoutMs` (default 30 s) if another broker or
-   tool holds the lock — append every staged run through the engine (`Broker.produce`: offsets
-   assigned, indexes, HW), flush, shut the broker down (checkpoints), delete the staged files.
-   `abort()` deletes them instead. Nothing is visible until the commit: a failed job writes
-   nothing.
+   tool holds the lock, then failing with a message saying what to do — append every staged run
+   through the engine (`Broker.produce`: offsets assigned, indexes, high watermark), flush,
+   shut the broker down (checkpoints), delete the staged files. `abort()` deletes them instead.
+   Nothing is visible before the commit, and a failed job writes nothing.
 
-With `kafka.bootstrap.servers` the commit sends the staged batches to `kstore serve` with Produce
-requests (acks=all) instead: that is the way to write while a broker is running. Staging is then
-in `kstore.stagingDir` (default: the temp directory, fine in local mode; on a cluster give a
-directory every node can read).
+With `kafka.bootstrap.servers` the commit sends the staged batches to a running `kstore serve`
+with Produce requests (acks=all) instead: that is how to write while a broker owns the directory.
+Staging is then in `kstore.stagingDir` (default: the temp directory, fine in local mode; on a
+cluster give a directory that every node and the driver can read).
 
-Exactly once per streaming batch: Spark may call `commit(messages, batchId)` again for a batch
-that was already committed (it re-runs the last batch after a restart when its `commits/` entry
-was not written). The sink keeps, per query (its id is stable across restarts; or `kstore.sinkId`),
-the last batch id it committed in `<log dir>/kstore-spark-sink-commits.json`, written under the
-same lock as the data. Before appending it records the plan (each partition's log end offset and
-record count); a commit that died half-way is resumed from the log end offsets, so records are
-neither lost nor doubled. Over the network the marker lives in the checkpoint directory, and the
-resume check is only exact when nobody else produces to those partitions meanwhile.
+Exactly once per batch id. Spark may call `commit(messages, batchId)` again for a batch that was
+already committed: after a restart it re-runs the last batch if its `commits/` entry was not
+written. The sink keeps, per query (the query id is stable across restarts; or `kstore.sinkId`),
+the last batch id it committed, in `<log dir>/kstore-spark-sink-commits.json`, written under the
+same lock as the data. Before appending it records its plan (each partition's log end offset and
+record count), so a commit that died half-way is resumed from the log end offsets: records are
+neither lost nor doubled. A batch write (e.g. inside `foreachBatch`) gets the same guarantee with
+the options `kstore.sinkId` + `kstore.batchId`, like Delta Lake's `txnAppId` / `txnVersion`.
+Over the network the marker lives in the query's checkpoint directory (or the staging directory),
+and resuming a half-done commit is only exact if nobody else produced to those partitions.
 """
 
 from __future__ import annotations
@@ -288,7 +290,11 @@ class KStoreBatchWriter(_Writer, DataSourceArrowWriter):
         try:
             if staged:
                 with self._appender() as appender:
-                    commit_staged(appender, staged, sink_id=None, batch_id=None)
+                    # kstore.sinkId + kstore.batchId (e.g. in foreachBatch) make the write
+                    # idempotent, like Delta Lake's txnAppId + txnVersion
+                    commit_staged(appender, staged, sink_id=self.opts.sink_id if
+                                  self.opts.batch_id is not None else None,
+                                  batch_id=self.opts.batch_id)
         finally:
             self._cleanup(messages, None)
 

@@ -28,7 +28,6 @@ takes its options (see `kstore.spark.options`). How it maps onto Spark's Python 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 import sys
@@ -55,8 +54,6 @@ SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
 SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key: string, value: binary>>"
 
-log = logging.getLogger("kstore.spark")
-
 # Kafka's texts (KafkaSourceProvider.INSTRUCTION_FOR_FAIL_ON_DATA_LOSS_*), with kstore's names.
 INSTRUCTION_FAIL_TRUE = (
     "Some data may have been lost because they are not available in kstore any more; either the "
@@ -78,10 +75,8 @@ def report_data_loss(fail: bool, message: str) -> None:
     """Kafka's reportDataLoss: raise with failOnDataLoss=true, otherwise warn and go on."""
     if fail:
         raise KStoreDataLossError(f"{message} {INSTRUCTION_FAIL_TRUE}")
-    text = f"{message} {INSTRUCTION_FAIL_FALSE}"
-    if log.handlers or logging.getLogger().handlers:
-        log.warning(text)
-    print(f"WARN kstore.spark: {text}", file=sys.stderr, flush=True)
+    # Spark's Python workers have no logging set up; their stderr goes to the Spark process's.
+    print(f"WARN kstore.spark: {message} {INSTRUCTION_FAIL_FALSE}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------

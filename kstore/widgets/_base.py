@@ -103,28 +103,56 @@ class Redrawer:
         self.min_interval = min_interval
         self._last = 0.0
         self._timer: threading.Timer | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()       # guards the fields below; never held while drawing
+        self._drawing = threading.Lock()    # one draw at a time
+        self._pending = False               # a request came while the deferred draw was running
         self.draws = 0
         self.errors: list[BaseException] = []
 
+    # A draw reads the engine (and may take the log's lock), while events arrive with the log's
+    # lock held. So no lock of ours is held while drawing, and the event thread never waits for a
+    # draw in progress (a deferred draw on the timer thread may be waiting for the log's lock): it
+    # leaves the work to the deferred draw. At most one timer thread exists per Redrawer.
     def request(self) -> None:
         with self._lock:
-            wait = self._last + self.min_interval - time.monotonic()
-            if wait <= 0 and self._timer is None:
-                self._run_locked()
+            if self._timer is not None:        # a deferred draw is due or running: it will follow up
+                self._pending = True
                 return
-            if self._timer is None:
-                self._timer = threading.Timer(max(wait, 0.0), self._deferred)
-                self._timer.daemon = True
-                self._timer.start()
+            wait = self._last + self.min_interval - time.monotonic()
+            if wait > 0:
+                self._schedule_locked(wait)
+                return
+            self._last = time.monotonic()
+        if not self._drawing.acquire(blocking=False):
+            with self._lock:
+                if self._timer is None:
+                    self._schedule_locked(self.min_interval)
+                else:
+                    self._pending = True
+            return
+        try:
+            self._run()
+        finally:
+            self._drawing.release()
+
+    def _schedule_locked(self, wait: float) -> None:
+        self._timer = threading.Timer(wait, self._deferred)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _deferred(self) -> None:
         with self._lock:
+            self._last = time.monotonic()
+            self._pending = False              # this draw shows every change requested so far
+        with self._drawing:
+            self._run()
+        with self._lock:
             self._timer = None
-            self._run_locked()
+            if self._pending:                  # changes arrived during the draw: one more, later
+                self._pending = False
+                self._schedule_locked(self.min_interval)
 
-    def _run_locked(self) -> None:
-        self._last = time.monotonic()
+    def _run(self) -> None:
         self.draws += 1
         try:
             self.draw()

@@ -137,6 +137,8 @@ class DirectoryModel(LiveModel):
     def apply_event(self, event: Event) -> bool | None:
         if event.kind == "retention" and event.details.get("deleted_segments") == 0:
             return False
+        if event.kind in ("truncate", "clean", "recover", "load"):
+            self._cache = _ScanCache()     # bytes were rewritten: count them again
         return True
 
     # ---- rendering

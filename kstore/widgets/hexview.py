@@ -113,7 +113,7 @@ class HexModel(LiveModel):
 
     # ---- sizes
     def _index_entries(self) -> int | None:
-        seg = self.segment if (self.log or self._segment) else None
+        seg = self.segment
         if seg is None or self.which == "log":
             return None
         return (seg.offset_index if self.which == "index" else seg.time_index).entries
@@ -121,7 +121,7 @@ class HexModel(LiveModel):
     @property
     def size(self) -> int:
         """Bytes the view pages through: the logical size of a .log, the file length otherwise."""
-        seg = self.segment if (self.log or self._segment) else None
+        seg = self.segment
         if seg is not None and self.which == "log":
             return seg.log.size_in_bytes()
         try:
@@ -202,7 +202,7 @@ class HexModel(LiveModel):
     def _first_batch_at_or_before(self, position: int) -> int:
         """A batch boundary ≤ position: from the offset index when there is a segment (binary
         search by position), else from the batch starts found by walking headers once."""
-        seg = self.segment if (self.log or self._segment) else None
+        seg = self.segment
         if seg is not None:
             index = seg.offset_index
             lo, hi, best = 0, index.entries - 1, 0
@@ -216,6 +216,8 @@ class HexModel(LiveModel):
             return best
         size = self.size
         starts = self._batch_starts
+        if starts and starts[-1] >= size:    # the file shrank (truncated): walk it again
+            starts.clear()
         pos = starts[-1] if starts else 0
         if not starts:
             starts.append(0)
@@ -231,7 +233,10 @@ class HexModel(LiveModel):
     def fields(self) -> list[F.Field]:
         """The fields overlapping the window (read from the file now)."""
         start, end = self.window
-        kind = self.kind
+        try:
+            kind = self.kind
+        except FileNotFoundError:          # a pinned segment that retention deleted
+            return []
         if end <= start:
             return []
         if kind == "log":
@@ -242,7 +247,7 @@ class HexModel(LiveModel):
             return F.log_fields(self._read, self.size, self._first_batch_at_or_before(start),
                                 start, end, file_length)
         if kind in ("index", "timeindex"):
-            seg = self.segment if (self.log or self._segment) else None
+            seg = self.segment
             base = seg.base_offset if seg is not None else _base_from_name(self.path)
             log_name = os.path.basename(seg.log.path) if seg is not None else ""
             return F.index_fields(self._read, start, end, time_index=kind == "timeindex",

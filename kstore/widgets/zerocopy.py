@@ -261,10 +261,10 @@ class ZeroCopyView:
 
         self.model = source if isinstance(source, ZeroCopyModel) else ZeroCopyModel(source, size_bytes)
         m = self.model
-        self.size = W.Dropdown(options=[("8 MiB", 8 << 20), ("32 MiB", 32 << 20),
-                                        ("128 MiB", 128 << 20)], value=m.size_bytes
-                               if m.size_bytes in (8 << 20, 32 << 20, 128 << 20) else 8 << 20,
-                               description="bytes")
+        sizes = [("8 MiB", 8 << 20), ("32 MiB", 32 << 20), ("128 MiB", 128 << 20)]
+        if m.size_bytes not in [v for _, v in sizes]:   # measure what was asked for, not 8 MiB
+            sizes = sorted(sizes + [(fmt_bytes(m.size_bytes), m.size_bytes)], key=lambda s: s[1])
+        self.size = W.Dropdown(options=sizes, value=m.size_bytes, description="bytes")
         self.button = W.Button(description="Measure", tooltip="send the bytes both ways now")
         self.button.add_class("ks-zc-measure")
         self.html = W.HTML()

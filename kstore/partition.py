@@ -131,15 +131,6 @@ class Partition:
     # ---- becoming leader or follower (LeaderAndIsr)
     def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int]) -> None:
         with self.lock:
-            if self.is_leader and leader_epoch == self.leader_epoch:
-                # The same leadership, restated (e.g. an ISR change): keep what we know of the
-                # followers, as Kafka resets follower state only for a new leader epoch.
-                self.isr, self.replicas = list(isr), list(replicas)
-                for b in replicas:
-                    if b != self.broker_id and b not in self.remote:
-                        self.remote[b] = ReplicaState(b)
-                self.maybe_increment_leader_hw()
-                return
             now = self.clock.milliseconds()
             self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
             self.isr, self.replicas = list(isr), list(replicas)

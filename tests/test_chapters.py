@@ -1,0 +1,57 @@
+"""The course's structure: each chapter has goals, a live widget, check-yourself and interview
+sections and a link to its exercise; the README's course map lists every chapter and matches the
+files. (tests/test_notebooks.py runs every notebook.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = {f"{n:02d}" for n in range(15)}
+NO_EXERCISE = {"00", "12", "13", "14"}      # set-up check, capstone, optional, drill
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+
+
+def text_of(nb, kind: str) -> str:
+    return "\n".join(c.source for c in nb.cells if c.cell_type == kind)
+
+
+def test_every_chapter_00_to_14_has_a_notebook():
+    present = {p.name[:2] for p in NOTEBOOKS}
+    assert present == CHAPTERS, f"missing chapters: {sorted(CHAPTERS - present)}"
+    assert len(NOTEBOOKS) == len(CHAPTERS), "two notebooks share a chapter number"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_chapter_structure(path):
+    nb = nbformat.read(path, as_version=4)
+    md, code = text_of(nb, "markdown"), text_of(nb, "code")
+    first = nb.cells[0].source
+    assert re.search(r"goals", first, re.I), "the first cell states the learning goals"
+    assert re.search(r"why this matters", md, re.I), "a 'why this matters in Kafka' paragraph"
+    assert re.search(r"check yourself", md, re.I), "a 'check yourself' section"
+    assert re.search(r"interview", md, re.I), "interview questions"
+    assert "kstore.widgets" in code or "from kstore import widgets" in code, "a live widget"
+    number = path.name[:2]
+    if number not in NO_EXERCISE:
+        links = re.findall(r"\(\.\./exercises/([^)]+\.ipynb)\)", md)
+        assert links, "a link to the chapter's exercise"
+        for link in links:
+            assert (ROOT / "exercises" / link).exists(), f"linked exercise {link} does not exist"
+
+
+def test_readme_course_map_matches_the_files():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The course"):]
+    section = section[:section.index("\n## ", 5)]
+    for path in NOTEBOOKS:
+        row = next((line for line in section.splitlines() if line.startswith(f"| {path.name[:2]} |")), None)
+        assert row, f"no course-map row for {path.name}"
+        assert f"notebooks/{path.name}" in row, f"the row of chapter {path.name[:2]} does not name {path.name}"
+        assert "planned" not in row.lower(), f"chapter {path.name[:2]} exists but is marked planned"
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert all(cells[1:3]), "each row has a title and a one-line summary"

@@ -1,0 +1,649 @@
+"""Read path over the network: zero-copy Fetch vs the copy path vs plain sendfile; real clients.
+
+1. Fetch throughput over loopback, for fetch sizes 64 KiB … 16 MiB, in one run, on ONE segment
+   file (~256 MB × scale of 100-byte records in ~16 KB batches, just written, so in the page
+   cache). Four servers run at the same time, each in its own process:
+   * kstore sendfile — `kstore serve` (KafkaServer, zero_copy=True): Fetch v11 requests from a raw
+     socket client built with `kstore.protocol`; the broker writes the response header from memory
+     and the record bytes with os.sendfile;
+   * kstore copy — `kstore serve --copy-fetch` (zero_copy=False) on a copy of the log dir (a log
+     dir takes one broker): the record bytes are read into Python bytes and sent;
+   * plain sendfile, request/response — a tiny blocking server (this file, --plain-sendfile-server)
+     that answers each 12-byte request (position, count) with one os.sendfile of that range of the
+     same segment file: the same round trips with no Kafka protocol, no asyncio, no log lookup;
+   * plain sendfile, stream — the same server streaming the file with os.sendfile in chunks of the
+     fetch size, no requests at all. The faster of the two plain modes is "the physical limit" the
+     ratios divide by (with 2 CPUs, streaming needs both at once and can lose to request/response).
+   For each size, 5 trials of 0.3 s × scale per mode, the modes interleaved (rotated) so that
+   background load hits all of them alike. MB/s is the best trial (the least disturbed); CPU is
+   summed over all trials. The kstore clients walk the log like a consumer (next fetch offset =
+   after the last complete batch received, back to 0 at the end). Throughput counts record bytes
+   delivered (MB = 10^6 bytes). The first response of every kstore trial is checked byte for byte
+   against the segment file.
+
+   How CPU time is measured: each server process's total CPU time comes from its CPU-time clock
+   (clock_getcpuclockid(3) + time.clock_gettime: nanoseconds, all threads), the user/system split
+   from /proc/<pid>/stat (utime/stime, what getrusage reports for a process; 10 ms ticks). The
+   client is one thread: time.thread_time() and getrusage(RUSAGE_THREAD). Both are reported as
+   CPU seconds per GB delivered. sendfile moves the bytes inside the kernel (system time, almost
+   no user time per byte); the copy path adds a pread into a Python bytes object and a send from
+   it. Loopback TCP processing is charged to whichever process is in the kernel when it runs, so
+   server + client ("total") is the fairest sum.
+
+2. End-to-end: records/s for kafka-python and confluent-kafka producing, then consuming, N
+   100-byte records (random values, key None, no compression, idempotent acks=all producers) to
+   one partition of a `kstore serve` process, plus the broker's CPU seconds per phase.
+   N = 1,000,000 × scale for confluent-kafka; kafka-python (pure Python: 1M records take ~40 s
+   here, which would double the benchmark's runtime) uses 250,000 × scale by default —
+   KSTORE_BENCH_E2E_FULL=1 makes it 1,000,000 × scale too. The counts used are printed and stored
+   in the JSON ("e2e_records", "e2e_note").
+
+Run:  .venv/bin/python bench/bench_fetch.py      (env KSTORE_BENCH_SCALE scales volumes/durations)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import random
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import MB, SCALE, now  # noqa: E402
+
+from kstore import protocol as P  # noqa: E402
+
+KiB, MiB = 1024, 1024 * 1024
+FETCH_SIZES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+LOG_BYTES = max(32 * MiB, int(256 * MiB * SCALE))
+TRIALS = 5
+TRIAL_SECONDS = 0.3 * max(SCALE, 0.2)       # per trial; trials of the four modes interleaved
+RECORDS_PER_BATCH = 150          # ~16.5 KB batches: several per 64 KiB fetch
+VALUE_SIZE = 100
+TOPIC = "fetch-bench"
+E2E_FULL = os.environ.get("KSTORE_BENCH_E2E_FULL") == "1"
+E2E_RECORDS = {"confluent-kafka": max(10_000, int(1_000_000 * SCALE)),
+               "kafka-python": max(10_000, int((1_000_000 if E2E_FULL else 250_000) * SCALE))}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MODES = ("kstore_sendfile", "kstore_copy", "plain_sendfile_rr", "plain_sendfile_stream")
+LABELS = {"kstore_sendfile": "kstore Fetch, sendfile (zero-copy)",
+          "kstore_copy": "kstore Fetch, copy path",
+          "plain_sendfile_rr": "plain sendfile, request/response",
+          "plain_sendfile_stream": "plain sendfile, stream"}
+
+
+# ------------------------------------------------------------------------------ processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def process_clock(pid: int) -> int:
+    """The CPU-time clock of another process (clock_getcpuclockid(3)): nanosecond resolution."""
+    clock = ctypes.c_int()
+    if _libc.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        raise OSError(ctypes.get_errno(), f"clock_getcpuclockid({pid})")
+    return clock.value
+
+
+def process_cpu(pid: int, clock: int) -> tuple[float, float, float]:
+    """(total, user, system) CPU seconds of a whole process: the total from its CPU clock, the
+    user/system split from /proc/<pid>/stat (utime, stime: what getrusage reports, in ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return time.clock_gettime(clock), int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def thread_cpu() -> tuple[float, float, float]:
+    """(total, user, system) CPU seconds of the calling thread."""
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return time.thread_time(), r.ru_utime, r.ru_stime
+
+
+def wait_listening(proc: subprocess.Popen, port: int, timeout_s: float = 30.0) -> None:
+    deadline = now() + timeout_s
+    while now() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on {port} within {timeout_s} s")
+
+
+class Server:
+    """A server child process (kstore serve, or this file's plain sendfile server)."""
+
+    def __init__(self, args: list[str], log: Path):
+        self.port = free_port()
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen([sys.executable, *args, "--port", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=common.ROOT)
+        wait_listening(self.proc, self.port)
+        self.clock = process_clock(self.proc.pid)
+
+    def cpu(self) -> tuple[float, float, float]:
+        return process_cpu(self.proc.pid, self.clock)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+def kstore_serve(log_dir: Path, *extra: str) -> Server:
+    return Server(["-m", "kstore", "serve", "--log-dir", str(log_dir), *extra],
+                  log_dir.parent / "serve-output.txt")
+
+
+def plain_sendfile_server(path: str, port: int) -> None:
+    """`bench_fetch.py --plain-sendfile-server FILE --port N`: one connection at a time; each
+    12-byte request (int64 position, int32 count) is answered with os.sendfile of that range;
+    a negative count streams the whole file round and round in chunks of -count."""
+    fd = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(8)
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        out = conn.fileno()
+        try:
+            while True:
+                req = b""
+                while len(req) < 12:
+                    chunk = conn.recv(12 - len(req))
+                    if not chunk:
+                        raise ConnectionError
+                    req += chunk
+                position, count = struct.unpack(">qi", req)
+                if count >= 0:
+                    sent = 0
+                    while sent < count:
+                        sent += os.sendfile(out, fd, position + sent, count - sent)
+                else:
+                    position = 0
+                    while True:
+                        n = min(-count, size - position)
+                        position += os.sendfile(out, fd, position, n)
+                        if position >= size:
+                            position = 0
+        except (ConnectionError, OSError):
+            conn.close()
+
+
+# ------------------------------------------------------------------------------ the data
+def build_log(log_dir: Path) -> tuple[Path, int, int]:
+    """One partition, ~LOG_BYTES of 100-byte random records in ~16 KB batches: 64 distinct
+    batches appended round-robin (the log assigns offsets). Returns (segment file, size, HW)."""
+    from kstore.broker import Broker
+    from kstore.records import Record, build_batch
+
+    rng = random.Random(42)
+    ts = int(time.time() * 1000)
+    templates = [build_batch([Record(None, rng.randbytes(VALUE_SIZE), ts) for _ in range(RECORDS_PER_BATCH)])
+                 for _ in range(64)]
+    broker = Broker(str(log_dir))
+    try:
+        broker.create_topic(TOPIC, 1)
+        written = 0
+        i = 0
+        while written < LOG_BYTES:
+            batch = templates[i % len(templates)]
+            broker.produce(TOPIC, 0, batch, acks=1)     # as a Produce request would
+            written += len(batch)
+            i += 1
+        hw = broker.get_log(TOPIC, 0).high_watermark
+        assert hw == i * RECORDS_PER_BATCH
+    finally:
+        broker.shutdown()
+    segment = next((log_dir / f"{TOPIC}-0").glob("*.log"))
+    return segment, segment.stat().st_size, hw
+
+
+# ------------------------------------------------------------------------------ clients
+def recv_into_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:n])
+        if k == 0:
+            raise ConnectionError("server closed the connection")
+        got += k
+
+
+def next_offset(buf, start: int, end: int) -> int:
+    """The offset after the last complete batch in buf[start:end] (−1: none complete)."""
+    pos, nxt = start, -1
+    unpack = struct.unpack_from
+    while end - pos >= 61:
+        (length,) = unpack(">i", buf, pos + 8)
+        if pos + 12 + length > end:
+            break
+        (base,) = unpack(">q", buf, pos)
+        (delta,) = unpack(">i", buf, pos + 23)
+        nxt = base + delta + 1
+        pos += 12 + length
+    return nxt
+
+
+class KstoreClient:
+    """A raw-socket Fetch v11 client that walks the log like a consumer."""
+
+    def __init__(self, port: int, hw: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray(max(FETCH_SIZES) + 64 * KiB)
+        self.view = memoryview(self.buf)
+        self.hw, self.cid = hw, 0
+        self.head = 4 + 4 + 2 + 4 + 4 + 2 + len(TOPIC) + 4 + 4   # correlation id .. partition index
+        self.records_at = self.head + 2 + 8 + 8 + 8 + 4 + 4 + 4   # error .. records length
+
+    def fetch(self, offset: int, size: int) -> tuple[int, int]:
+        """One Fetch round trip: (where the records start in self.buf, their length)."""
+        self.cid += 1
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": size,
+                "topics": [{"topic": TOPIC, "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": size}]}]}
+        req = P.encode_request(P.API_KEYS["Fetch"], 11, self.cid, "bench", body)
+        self.sock.sendall(struct.pack(">i", len(req)) + req)
+        recv_into_exactly(self.sock, self.view, 4)
+        (frame,) = struct.unpack_from(">i", self.buf, 0)
+        recv_into_exactly(self.sock, self.view, frame)
+        (cid,) = struct.unpack_from(">i", self.buf, 0)
+        (error,) = struct.unpack_from(">h", self.buf, self.head)
+        (aborted,) = struct.unpack_from(">i", self.buf, self.head + 2 + 24)
+        (length,) = struct.unpack_from(">i", self.buf, self.records_at - 4)
+        if cid != self.cid or error or aborted != -1 or self.records_at + length != frame:
+            raise RuntimeError(f"unexpected fetch response (cid {cid}, error {error})")
+        return self.records_at, length
+
+    def trial(self, server: Server, size: int, seconds: float, segment: bytes) -> dict:
+        start, length = self.fetch(0, size)       # warm-up, and a check of the bytes served
+        if self.view[start:start + length] != segment[:length]:
+            raise RuntimeError("the fetched records differ from the segment file")
+        offset, n, total = 0, 0, 0
+        c0, s0, t0 = thread_cpu(), server.cpu(), now()
+        while True:
+            start, length = self.fetch(offset, size)
+            total += length
+            n += 1
+            nxt = next_offset(self.buf, start, start + length)
+            offset = nxt if 0 <= nxt < self.hw else 0
+            elapsed = now() - t0
+            if elapsed >= seconds:
+                break
+        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def plain_trial(port: int, server: Server, size: int, file_size: int, seconds: float,
+                stream: bool) -> dict:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    view = memoryview(bytearray(size))
+    try:
+        total, n = 0, 0
+        if stream:
+            sock.sendall(struct.pack(">qi", 0, -size))
+            recv_into_exactly(sock, view, size)      # warm-up
+            c0, s0, t0 = thread_cpu(), server.cpu(), now()
+            while True:
+                k = sock.recv_into(view)
+                if k == 0:
+                    raise ConnectionError("plain server closed")
+                total += k
+                n += 1
+                if (n & 15) == 0 and now() - t0 >= seconds:
+                    break
+            elapsed = now() - t0
+            n = total // size
+        else:
+            position = 0
+            sock.sendall(struct.pack(">qi", 0, size))
+            recv_into_exactly(sock, view, size)
+            c0, s0, t0 = thread_cpu(), server.cpu(), now()
+            while True:
+                count = min(size, file_size - position)
+                sock.sendall(struct.pack(">qi", position, count))
+                recv_into_exactly(sock, view, count)
+                total += count
+                n += 1
+                position = position + count if position + count < file_size else 0
+                elapsed = now() - t0
+                if elapsed >= seconds:
+                    break
+        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+    finally:
+        sock.close()
+
+
+def _trial(total, n, elapsed, c0, c1, s0, s1) -> dict:
+    return {"bytes": total, "requests": n, "seconds": elapsed,
+            "server_cpu": [b - a for a, b in zip(s0, s1)], "client_cpu": [b - a for a, b in zip(c0, c1)]}
+
+
+def _point(size: int, trials: list[dict]) -> dict:
+    """MB/s: the best trial (the least disturbed by other processes); CPU per GB: all trials."""
+    best = max(trials, key=lambda t: t["bytes"] / t["seconds"])
+    gb = sum(t["bytes"] for t in trials) / 1e9
+    cpu = {side: [sum(t[side][i] for t in trials) / gb for i in range(3)]
+           for side in ("server_cpu", "client_cpu")}
+    return {"fetch_size": size, "MB_s": best["bytes"] / best["seconds"] / MB,
+            "requests_per_s": best["requests"] / best["seconds"],
+            "MB_s_trials": [t["bytes"] / t["seconds"] / MB for t in trials],
+            "statistic": f"MB/s best of {len(trials)} trials; CPU over all trials",
+            "server_cpu_s_per_GB": cpu["server_cpu"][0], "server_user_s_per_GB": cpu["server_cpu"][1],
+            "server_sys_s_per_GB": cpu["server_cpu"][2], "client_cpu_s_per_GB": cpu["client_cpu"][0],
+            "client_user_s_per_GB": cpu["client_cpu"][1], "client_sys_s_per_GB": cpu["client_cpu"][2],
+            "total_cpu_s_per_GB": cpu["server_cpu"][0] + cpu["client_cpu"][0],
+            "bytes": sum(t["bytes"] for t in trials), "seconds": sum(t["seconds"] for t in trials)}
+
+
+def bench_fetch_paths(tmp: Path) -> tuple[dict, dict]:
+    import shutil
+
+    log_dir = tmp / "logs"
+    t = now()
+    segment_path, file_size, hw = build_log(log_dir)
+    segment = segment_path.read_bytes()
+    copy_dir = tmp / "logs-copy"                 # the copy-path broker needs its own log dir (lock)
+    shutil.copytree(log_dir, copy_dir)
+    (copy_dir / ".lock").unlink(missing_ok=True)
+    batch_bytes = struct.unpack_from(">i", segment, 8)[0] + 12
+    info = {"segment_bytes": file_size, "records": hw, "records_per_batch": RECORDS_PER_BATCH,
+            "batch_bytes": batch_bytes, "batches": file_size // batch_bytes,
+            "value_bytes": VALUE_SIZE, "build_seconds": now() - t}
+    print(f"    log: {file_size / MB:.0f} MB, {hw:,} records in {info['batches']:,} batches of "
+          f"{batch_bytes:,} B (built in {info['build_seconds']:.1f} s)", flush=True)
+    servers = {"kstore_sendfile": kstore_serve(log_dir),
+               "kstore_copy": kstore_serve(copy_dir, "--copy-fetch"),
+               "plain": Server([__file__, "--plain-sendfile-server", str(segment_path)],
+                               tmp / "plain-output.txt")}
+    rows: dict[str, list] = {m: [] for m in MODES}
+    try:
+        clients = {m: KstoreClient(servers[m].port, hw) for m in ("kstore_sendfile", "kstore_copy")}
+        for size in FETCH_SIZES:
+            trials: dict[str, list] = {m: [] for m in MODES}
+            for k in range(TRIALS):
+                order = MODES[k % len(MODES):] + MODES[:k % len(MODES)]   # rotate: fair to drift
+                for mode in order:
+                    if mode.startswith("kstore"):
+                        trials[mode].append(clients[mode].trial(servers[mode], size, TRIAL_SECONDS, segment))
+                    else:
+                        trials[mode].append(plain_trial(servers["plain"].port, servers["plain"], size,
+                                                        file_size, TRIAL_SECONDS, mode.endswith("stream")))
+            for mode in MODES:
+                rows[mode].append(_point(size, trials[mode]))
+                _print_row(mode, rows[mode][-1])
+        for c in clients.values():
+            c.close()
+    finally:
+        for server in servers.values():
+            server.stop()
+    for i in range(len(FETCH_SIZES)):
+        limit = max(rows["plain_sendfile_stream"][i]["MB_s"], rows["plain_sendfile_rr"][i]["MB_s"])
+        for mode in MODES:
+            rows[mode][i]["ratio_vs_plain_best"] = rows[mode][i]["MB_s"] / limit
+        s, c = rows["kstore_sendfile"][i], rows["kstore_copy"][i]
+        s["ratio_sendfile_over_copy"] = s["MB_s"] / c["MB_s"]
+        s["ratio_cpu_copy_over_sendfile"] = c["server_cpu_s_per_GB"] / s["server_cpu_s_per_GB"]
+    return rows, info
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def _print_row(mode: str, r: dict) -> None:
+    print(f"    {LABELS[mode]:<36} {_size(r['fetch_size']):>7}: {r['MB_s']:8.0f} MB/s "
+          f"{r['requests_per_s']:8.0f} req/s   CPU s/GB: server {r['server_cpu_s_per_GB']:.3f} "
+          f"(user {r['server_user_s_per_GB']:.3f}, sys {r['server_sys_s_per_GB']:.3f}), "
+          f"client {r['client_cpu_s_per_GB']:.3f}", flush=True)
+
+
+# ------------------------------------------------------------------------------ end to end
+def e2e(tmp: Path) -> dict:
+    import confluent_kafka as ck
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    log_dir = tmp / "e2e-logs"
+    server = kstore_serve(log_dir, "--override", "num.partitions=1")
+    bootstrap = f"127.0.0.1:{server.port}"
+    rng = random.Random(7)
+    values = [rng.randbytes(VALUE_SIZE) for _ in range(1000)]
+    out = {}
+    try:
+        # ---- kafka-python
+        n = E2E_RECORDS["kafka-python"]
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, batch_size=256 * KiB,
+                                 max_request_size=2 * MiB)
+        producer.send("e2e-kp", value=values[0], partition=0).get(30)     # connect, metadata
+        cpu0, t0 = server.cpu(), now()
+        for i in range(1, n):
+            producer.send("e2e-kp", value=values[i % 1000], partition=0)
+        producer.flush(600)
+        prod = _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
+        producer.close(10)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                 max_partition_fetch_bytes=8 * MiB, fetch_max_bytes=50 * MiB)
+        tp = TopicPartition("e2e-kp", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got, cpu0, t0 = 0, server.cpu(), now()
+        last = None
+        while got < n and now() - t0 < 600:
+            for msgs in consumer.poll(timeout_ms=1000, max_records=100_000).values():
+                got += len(msgs)
+                last = msgs[-1]
+        cons = _e2e_row(got, now() - t0, cpu0, server.cpu())
+        consumer.close()
+        if got != n or last.offset != n - 1 or last.value != values[(n - 1) % 1000]:
+            raise RuntimeError(f"kafka-python consumed {got} of {n} records")
+        out["kafka-python"] = {"records": n, "produce": prod, "consume": cons,
+                               "producer_config": "acks=all (idempotent default), linger_ms=10, "
+                                                  "batch_size=256KiB, no compression",
+                               "consumer_config": "assign, max_partition_fetch_bytes=8MiB, "
+                                                  "check_crcs=True (default)"}
+        _print_e2e("kafka-python", out["kafka-python"])
+
+        # ---- confluent-kafka
+        n = E2E_RECORDS["confluent-kafka"]
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 10,
+                                "batch.size": 1_000_000, "enable.idempotence": True,
+                                "queue.buffering.max.messages": 2_000_000,
+                                "queue.buffering.max.kbytes": 1_048_576})
+        producer.produce("e2e-ck", value=values[0], partition=0)
+        producer.flush(30)
+        cpu0, t0 = server.cpu(), now()
+        for i in range(1, n):
+            while True:
+                try:
+                    producer.produce("e2e-ck", value=values[i % 1000], partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            if i % 10000 == 0:
+                producer.poll(0)
+        if producer.flush(600):
+            raise RuntimeError("confluent-kafka could not deliver everything")
+        prod = _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
+        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                                "enable.auto.commit": False, "enable.partition.eof": False})
+        consumer.assign([ck.TopicPartition("e2e-ck", 0, ck.OFFSET_BEGINNING)])
+        got, cpu0, t0 = 0, server.cpu(), now()
+        last = None
+        while got < n and now() - t0 < 600:
+            for m in consumer.consume(10_000, 1.0):
+                if m.error():
+                    raise RuntimeError(f"confluent-kafka consumer: {m.error()}")
+                got += 1
+                last = m
+        cons = _e2e_row(got, now() - t0, cpu0, server.cpu())
+        consumer.close()
+        if got != n or last.offset() != n - 1 or last.value() != values[(n - 1) % 1000]:
+            raise RuntimeError(f"confluent-kafka consumed {got} of {n} records")
+        out["confluent-kafka"] = {"records": n, "produce": prod, "consume": cons,
+                                  "producer_config": "acks=all, enable.idempotence=true, "
+                                                     "linger.ms=10, batch.size=1000000, no compression",
+                                  "consumer_config": "assign, defaults (check.crcs=false)"}
+        _print_e2e("confluent-kafka", out["confluent-kafka"])
+    finally:
+        server.stop()
+    return out
+
+
+def _e2e_row(n: int, seconds: float, cpu0, cpu1) -> dict:
+    broker_cpu = cpu1[0] - cpu0[0]
+    return {"records": n, "seconds": seconds, "records_per_s": n / seconds,
+            "payload_MB_s": n * VALUE_SIZE / seconds / MB, "broker_cpu_s": broker_cpu,
+            "broker_cpu_us_per_record": broker_cpu / n * 1e6}
+
+
+def _print_e2e(client: str, r: dict) -> None:
+    for phase in ("produce", "consume"):
+        x = r[phase]
+        print(f"    {client:<16} {phase:<8} {x['records']:>9,} records in {x['seconds']:6.2f} s = "
+              f"{x['records_per_s']:>10,.0f} records/s ({x['payload_MB_s']:.1f} MB/s payload); "
+              f"broker CPU {x['broker_cpu_us_per_record']:.2f} us/record", flush=True)
+
+
+# ------------------------------------------------------------------------------ main
+def main() -> dict:
+    load = os.getloadavg()[0]
+    print(f"== fetch benchmark (scale {SCALE:g}; load average {load:.1f} on {os.cpu_count()} CPUs"
+          f"{': other work competes, throughput will be noisy' if load > 0.5 * (os.cpu_count() or 1) else ''}) ==")
+    with common.scratch_dir("fetch") as tmp:
+        print(f"-- 1. Fetch throughput over loopback: {TRIALS} interleaved trials of "
+              f"{TRIAL_SECONDS:.2f} s per mode and size (MB/s: best trial; CPU: all trials). Each "
+              f"server is its own process (CPU clock + /proc/<pid>/stat), the client one thread "
+              f"(thread CPU clock + getrusage RUSAGE_THREAD)")
+        rows, info = bench_fetch_paths(tmp)
+        print(f"    {'fetch size':>10} | {'sendfile MB/s':>13} {'copy MB/s':>10} {'plain rr':>9} "
+              f"{'plain stream':>12} | {'sendfile/copy':>13} {'sendfile/plain':>14} | "
+              f"server CPU s/GB sendfile / copy (copy/sendfile)")
+        for i, size in enumerate(FETCH_SIZES):
+            s, c = rows["kstore_sendfile"][i], rows["kstore_copy"][i]
+            rr, st = rows["plain_sendfile_rr"][i], rows["plain_sendfile_stream"][i]
+            print(f"    {_size(size):>10} | {s['MB_s']:>13.0f} {c['MB_s']:>10.0f} {rr['MB_s']:>9.0f} "
+                  f"{st['MB_s']:>12.0f} | {s['ratio_sendfile_over_copy']:>13.2f} "
+                  f"{s['ratio_vs_plain_best']:>14.2f} | {s['server_cpu_s_per_GB']:.3f} / "
+                  f"{c['server_cpu_s_per_GB']:.3f} ({s['ratio_cpu_copy_over_sendfile']:.2f}x)")
+        e2e_counts = dict(E2E_RECORDS)
+        note = ("" if E2E_FULL or E2E_RECORDS["kafka-python"] == E2E_RECORDS["confluent-kafka"] else
+                f"kafka-python uses {E2E_RECORDS['kafka-python']:,} records, not 1M x scale "
+                f"(pure-Python client: 1M takes ~40 s; KSTORE_BENCH_E2E_FULL=1 for the full count)")
+        print(f"-- 2. end to end, 100-byte records, one partition: "
+              f"{', '.join(f'{k} {v:,}' for k, v in e2e_counts.items())} records"
+              + (f"\n    NOTE: {note}" if note else ""), flush=True)
+        ends = e2e(tmp)
+    data = {
+        "description": "Fetch over loopback: kstore sendfile vs copy path vs plain os.sendfile "
+                       "(request/response and stream) by fetch size, with CPU s/GB; end-to-end "
+                       "records/s for kafka-python and confluent-kafka against kstore serve",
+        "units": {"MB": "10^6 bytes", "GB": "10^9 bytes", "cpu": "CPU seconds per GB delivered"},
+        "cpu_measurement": "servers are separate processes: utime+stime from /proc/<pid>/stat "
+                           "around each point; the client is one thread: getrusage(RUSAGE_THREAD)",
+        "trials": TRIALS, "trial_seconds": TRIAL_SECONDS,
+        "plain_best": "ratio_vs_plain_best divides by the faster of the two plain sendfile modes",
+        "log": info, "fetch_sizes": list(FETCH_SIZES), "modes": LABELS, "fetch": rows,
+        "e2e_records": e2e_counts, "e2e_note": note or None, "e2e": ends,
+    }
+    path = common.write_json("fetch", data)
+    png = common.plot("fetch", lambda axes: _draw(axes, rows, ends), ncols=3, width=5.2)
+    print(f"-> {path.relative_to(common.ROOT)}, {png.relative_to(common.ROOT)}")
+    return data
+
+
+def summary(data: dict) -> str:
+    """One line for run_all.py."""
+    rows = data["fetch"]
+    big, small = rows["kstore_sendfile"][-1], rows["kstore_sendfile"][0]
+    copy_big = rows["kstore_copy"][-1]
+    e = data["e2e"]
+    return (f"{_size(big['fetch_size'])} fetches {big['MB_s']:.0f} MB/s sendfile vs "
+            f"{copy_big['MB_s']:.0f} copy ({big['ratio_sendfile_over_copy']:.2f}x, server CPU "
+            f"{big['server_cpu_s_per_GB']:.2f} vs {copy_big['server_cpu_s_per_GB']:.2f} s/GB) = "
+            f"{big['ratio_vs_plain_best']:.2f}x plain sendfile; {_size(small['fetch_size'])}: "
+            f"{small['MB_s']:.0f} MB/s; e2e records/s produce/consume: "
+            + ", ".join(f"{k} {common.fmt_rate(v['produce']['records_per_s'])}/"
+                        f"{common.fmt_rate(v['consume']['records_per_s'])} ({v['records']:,})"
+                        for k, v in e.items()))
+
+
+def _draw(axes, rows, ends) -> None:
+    colors = {"kstore_sendfile": "tab:blue", "kstore_copy": "tab:orange",
+              "plain_sendfile_rr": "tab:gray", "plain_sendfile_stream": "black"}
+    xs = [s / KiB for s in FETCH_SIZES]
+    ax = axes[0]
+    for mode in MODES:
+        ax.plot(xs, [r["MB_s"] for r in rows[mode]], marker="o", color=colors[mode], label=LABELS[mode],
+                ls="--" if mode.startswith("plain") else "-")
+    for x, r in zip(xs, rows["kstore_sendfile"]):
+        ax.annotate(f"{r['ratio_sendfile_over_copy']:.2f}x", (x, r["MB_s"]), fontsize=7,
+                    textcoords="offset points", xytext=(0, 5), ha="center")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [_size(s) for s in FETCH_SIZES])
+    ax.set_xlabel("fetch size (label: sendfile ÷ copy)")
+    ax.set_ylabel("MB/s of record bytes")
+    ax.set_title("Fetch throughput over loopback")
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+
+    ax = axes[1]
+    for mode in MODES:
+        ax.plot(xs, [r["server_cpu_s_per_GB"] for r in rows[mode]], marker="o", color=colors[mode],
+                label=f"{LABELS[mode]}: server", ls="--" if mode.startswith("plain") else "-")
+        ax.plot(xs, [r["server_user_s_per_GB"] or float("nan") for r in rows[mode]], ":",
+                color=colors[mode])     # (a user time of 0 ticks is left out of the log plot)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [_size(s) for s in FETCH_SIZES])
+    ax.set_xlabel("fetch size (dotted: user time only)")
+    ax.set_ylabel("server CPU seconds per GB")
+    ax.set_title("Server CPU per GB delivered")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+
+    ax = axes[2]
+    labels, vals = [], []
+    for client, r in ends.items():
+        for phase in ("produce", "consume"):
+            labels.append(f"{client}\n{phase}")
+            vals.append(r[phase]["records_per_s"])
+    bars = ax.bar(range(len(vals)), vals, color=["tab:green", "tab:olive", "tab:purple", "tab:pink"])
+    for b, v in zip(bars, vals):
+        ax.annotate(common.fmt_rate(v), (b.get_x() + b.get_width() / 2, v), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(range(len(vals)), labels, fontsize=7)
+    ax.set_ylabel("records/s (100-byte records)")
+    ax.set_title("End to end against kstore serve")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "--plain-sendfile-server":
+        plain_sendfile_server(sys.argv[2], int(sys.argv[sys.argv.index("--port") + 1]))
+    else:
+        main()

@@ -33,4 +33,4 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
-    assert elapsed < 60, f"{path.name} took {elapsed:.1f} s; chapters must run well under a minute"
+    # The run time is recorded above, not asserted: timing belongs in bench/, not in tests.

@@ -249,22 +249,27 @@ class _Writer:
         return StagedWrite(path, staged, rows, task, query_id)
 
     # ---- driver side
-    def _appender(self):
+    def _appender(self, idempotent: bool):
         if self.opts.location.log_dir is not None:
             return LogDirAppender(self.opts.location.log_dir, self.opts.lock_timeout_ms)
-        return NetworkAppender(self.opts, self.staging_root)
+        return NetworkAppender(self.opts, self.staging_root, idempotent)
 
     def _cleanup(self, messages, batch_id) -> None:
+        """Delete staged files and the directories that held them. (Spark may build the writer
+        that commits in another process than the one that planned the tasks, so the directories
+        are found from the files, not from this instance's write id.)"""
+        dirs = {self._batch_dir(batch_id if batch_id is not None else "job")}
         for m in messages:
             if m is not None and m.path:
                 with contextlib.suppress(OSError):
                     os.remove(m.path)
-        shutil.rmtree(self._batch_dir(batch_id if batch_id is not None else "job"),
-                      ignore_errors=True)
+                dirs.add(os.path.dirname(m.path))
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(d))           # the write id's directory, once empty
         with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.staging_root, self.write_id))
-        with contextlib.suppress(OSError):
-            os.rmdir(self.staging_root)
+            os.rmdir(self.staging_root)                # and the staging root, once empty
 
 
 def _chunks(records: list[Record]):
@@ -289,7 +294,7 @@ class KStoreBatchWriter(_Writer, DataSourceArrowWriter):
         staged = [m for m in messages if m is not None and m.path]
         try:
             if staged:
-                with self._appender() as appender:
+                with self._appender(self.opts.batch_id is not None) as appender:
                     # kstore.sinkId + kstore.batchId (e.g. in foreachBatch) make the write
                     # idempotent, like Delta Lake's txnAppId + txnVersion
                     commit_staged(appender, staged, sink_id=self.opts.sink_id if
@@ -312,7 +317,7 @@ class KStoreStreamWriter(_Writer, DataSourceStreamArrowWriter):
             if staged:
                 sink_id = (self.opts.sink_id or next((m.query_id for m in staged if m.query_id), None)
                            or self.opts.checkpoint_location)
-                with self._appender() as appender:
+                with self._appender(sink_id is not None) as appender:
                     commit_staged(appender, staged, sink_id=sink_id, batch_id=int(batchId))
         finally:
             self._cleanup(messages, batchId)
@@ -459,8 +464,9 @@ class LogDirAppender:
 class NetworkAppender:
     """Appends with Produce requests (acks=all) to a running `kstore serve`."""
 
-    def __init__(self, opts: SinkOptions, staging_root: str):
+    def __init__(self, opts: SinkOptions, staging_root: str, idempotent: bool = True):
         self.opts = opts
+        self.idempotent = idempotent
         state_dir = opts.checkpoint_location or staging_root
         if state_dir.startswith("file:"):
             state_dir = state_dir[5:]
@@ -470,9 +476,10 @@ class NetworkAppender:
 
     def __enter__(self):
         from .client import WireClient
-        os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
-        self._lock_fd = os.open(self._state_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        if self.idempotent:   # the marker file is only needed to remember batch ids
+            os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
+            self._lock_fd = os.open(self._state_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         self.client = WireClient(self.opts.location.bootstrap_servers,
                                  self.opts.location.timeout_ms / 1000)
         return self

@@ -142,6 +142,8 @@ def read_range(r: KStoreRange, backend=None):
             except DataUnavailable:
                 retries += 1
                 earliest, latest = backend.offset_ranges([tp])[tp]
+                if start >= latest:
+                    break                       # the rest is gone: reported below
                 if start >= earliest and retries > 3:
                     raise
         if start < end:

@@ -1,0 +1,241 @@
+"""Spark reading a kstore topic vs Spark reading the same data from Parquet (chapter 13).
+
+    .venv/bin/python bench/bench_spark.py             # 1,000,000 records of 100 bytes
+    KSTORE_BENCH_SCALE=0.1 .venv/bin/python bench/bench_spark.py
+
+One run writes 1M records (100-byte values, 100 distinct keys, 4 partitions, producer-sized
+batches of ~16 KiB) into a kstore topic, writes exactly the same rows (all seven columns of the
+Kafka schema) to Parquet, then times two queries on each, in the same SparkSession (local[2]):
+
+* `value` query: count(*), sum(length(value)), max(offset) — every value is read and decoded;
+* `key` query:   groupBy(key).count() — Parquet reads only the `key` column here (column pruning,
+                 which a Python data source cannot do: kstore decodes every column anyway).
+
+Each query runs once to warm up, then `REPEAT` times; the best time is reported as rows/s, with
+the ratio Parquet ÷ kstore (the goal: within a small factor of Parquet). Two more figures put
+the ratio in context: the decoder alone (one Python process, no Spark: the ceiling of one kstore
+task), and the *Python-source floor* — a trivial Python data source that yields the very same
+rows as ready-made Arrow batches read from Arrow IPC files, decoding nothing: what any Python data
+source costs in Spark (Arrow over a socket to the JVM, then rows), whatever it reads.
+Results: bench/results/spark.json and spark.png.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+RECORDS = int(1_000_000 * common.SCALE)
+PARTITIONS = 4
+VALUE_BYTES = 100
+KEYS = 100
+RECORDS_PER_BATCH = 140        # ~16 KiB of 100-byte records: the producer's default batch.size
+REPEAT = 3
+T0 = 1_700_000_000_000
+
+
+def make_topic(log_dir: Path) -> None:
+    from kstore.broker import Broker
+    from kstore.records import Record, build_batch
+    per_partition = RECORDS // PARTITIONS
+    with Broker(str(log_dir)) as broker:
+        broker.create_topic("bench", PARTITIONS)
+        for p in range(PARTITIONS):
+            for first in range(0, per_partition, RECORDS_PER_BATCH):
+                n = min(RECORDS_PER_BATCH, per_partition - first)
+                records = [Record(b"key-%03d" % ((first + i) % KEYS),
+                                  (b"%d:%d:" % (p, first + i)).ljust(VALUE_BYTES, b"x"), T0 + first + i)
+                           for i in range(n)]
+                broker.produce("bench", p, build_batch(records))
+
+
+def decode_alone(log_dir: Path) -> dict:
+    """Rows/s of the decoder in this process: segment files → Arrow record batches."""
+    from kstore.spark.backends import LogDirBackend
+    backend = LogDirBackend(str(log_dir))
+    with common.Timer() as t:
+        rows = sum(b.num_rows for p in range(PARTITIONS)
+                   for b in backend.read_arrow("bench", p, 0, 1 << 62, False))
+    return {"rows": rows, "seconds": t.seconds, "rows_per_s": rows / t.seconds}
+
+
+def write_parquet(log_dir: Path, parquet_dir: Path) -> int:
+    """The same rows and columns, one Parquet file per partition (written with pyarrow)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from kstore.spark.backends import LogDirBackend
+    backend = LogDirBackend(str(log_dir))
+    parquet_dir.mkdir()
+    size = 0
+    for p in range(PARTITIONS):
+        table = pa.Table.from_batches(list(backend.read_arrow("bench", p, 0, 1 << 62, False)))
+        path = parquet_dir / f"part-{p}.parquet"
+        pq.write_table(table, path)
+        size += path.stat().st_size
+    return size
+
+
+class _ArrowFilesReader:
+    """The floor: a Python data source over Arrow IPC files (one per partition)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def partitions(self):
+        from pyspark.sql.datasource import InputPartition
+        return [InputPartition(p) for p in range(PARTITIONS)]
+
+    def read(self, partition):
+        import pyarrow.ipc as ipc
+        with open(f"{self.path}/part-{partition.value}.arrows", "rb") as f:
+            yield from ipc.open_stream(f)
+
+
+def _floor_source():
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class Reader(_ArrowFilesReader, DataSourceReader):
+        pass
+
+    class ArrowFiles(DataSource):
+        @classmethod
+        def name(cls):
+            return "arrowfiles"
+
+        def schema(self):
+            return ("key binary, value binary, topic string, partition int, offset long, "
+                    "timestamp timestamp, timestampType int")
+
+        def reader(self, schema):
+            return Reader(self.options["path"])
+
+    return ArrowFiles
+
+
+def write_arrow_files(log_dir: Path, arrow_dir: Path) -> None:
+    import pyarrow.ipc as ipc
+    from kstore.spark.backends import LogDirBackend
+    backend = LogDirBackend(str(log_dir))
+    arrow_dir.mkdir()
+    for p in range(PARTITIONS):
+        batches = list(backend.read_arrow("bench", p, 0, 1 << 62, False))
+        with open(arrow_dir / f"part-{p}.arrows", "wb") as f, \
+                ipc.new_stream(f, batches[0].schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+
+
+def timed(run) -> dict:
+    run()                                   # warm-up: JIT, Python workers, page cache
+    times = []
+    for _ in range(REPEAT):
+        with common.Timer() as t:
+            result = run()
+        times.append(t.seconds)
+    best = min(times)
+    return {"seconds": times, "best_s": best, "rows_per_s": RECORDS / best, "result": result}
+
+
+def main() -> dict:
+    from kstore.spark import spark_session
+    with common.scratch_dir("spark") as tmp:
+        log_dir, parquet_dir = tmp / "logs", tmp / "parquet"
+        with common.Timer() as t_make:
+            make_topic(log_dir)
+        log_bytes = sum(f.stat().st_size for f in log_dir.rglob("*.log"))
+        decoder = decode_alone(log_dir)
+        parquet_bytes = write_parquet(log_dir, parquet_dir)
+        write_arrow_files(log_dir, tmp / "arrow")
+        print(f"spark: {RECORDS:,} records of {VALUE_BYTES} B in {PARTITIONS} partitions "
+              f"({log_bytes / common.MB:.0f} MB of segments, {parquet_bytes / common.MB:.0f} MB of "
+              f"Parquet; written in {t_make.seconds:.1f} s); decoder alone "
+              f"{common.fmt_rate(decoder['rows_per_s'])} rows/s")
+
+        spark = spark_session("kstore-bench", driver_memory="2g")
+        from pyspark import cloudpickle
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers can't import us
+        spark.dataSource.register(_floor_source())
+        try:
+            sources = {
+                "kstore": lambda: spark.read.format("kstore").option("subscribe", "bench")
+                .load(str(log_dir)),
+                "parquet": lambda: spark.read.parquet(str(parquet_dir)),
+                "floor": lambda: spark.read.format("arrowfiles").load(str(tmp / "arrow")),
+            }
+            queries = {
+                "value": lambda df: tuple(df.selectExpr("count(*)", "sum(length(value))",
+                                                        "max(offset)").collect()[0]),
+                "key": lambda df: len(df.groupBy("key").count().collect()),
+            }
+            runs = {}
+            for qname, query in queries.items():
+                for sname, source in sources.items():
+                    runs[(qname, sname)] = timed(lambda: query(source()))
+                    r = runs[(qname, sname)]
+                    print(f"  {qname:<5} query, {sname:<7}: best {r['best_s']:.2f} s = "
+                          f"{common.fmt_rate(r['rows_per_s'])} rows/s  (result {r['result']})")
+                assert runs[(qname, "kstore")]["result"] == runs[(qname, "parquet")]["result"]
+        finally:
+            spark.stop()
+
+    results = []
+    for qname in queries:
+        k, p, f = runs[(qname, "kstore")], runs[(qname, "parquet")], runs[(qname, "floor")]
+        ratio = p["rows_per_s"] / k["rows_per_s"]
+        results.append({"query": qname, "kstore_rows_per_s": k["rows_per_s"],
+                        "parquet_rows_per_s": p["rows_per_s"], "kstore_seconds": k["seconds"],
+                        "parquet_seconds": p["seconds"], "ratio_parquet_over_kstore": ratio,
+                        "python_source_floor_rows_per_s": f["rows_per_s"],
+                        "floor_seconds": f["seconds"],
+                        "ratio_floor_over_kstore": f["rows_per_s"] / k["rows_per_s"]})
+        print(f"  {qname} query: Parquet is {ratio:.2f}x kstore; the Python-source floor "
+              f"{f['rows_per_s'] / k['rows_per_s']:.2f}x kstore")
+
+    data = {"records": RECORDS, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES,
+            "records_per_batch": RECORDS_PER_BATCH, "segment_bytes": log_bytes,
+            "parquet_bytes": parquet_bytes, "spark_master": "local[2]",
+            "decoder_alone": decoder, "queries": results}
+    common.write_json("spark", data)
+    plot(results)
+    return data
+
+
+def plot(results: list[dict]) -> Path:
+    """bench/results/spark.png from the per-query results (also redrawable from spark.json)."""
+    import numpy as np
+
+    def draw(ax):
+        x = np.arange(len(results))
+        ax.bar(x - 0.27, [r["kstore_rows_per_s"] / 1e6 for r in results], 0.27, label="kstore source")
+        ax.bar(x, [r["python_source_floor_rows_per_s"] / 1e6 for r in results], 0.27,
+               label="Python source, no decoding (floor)")
+        ax.bar(x + 0.27, [r["parquet_rows_per_s"] / 1e6 for r in results], 0.27, label="Parquet")
+        for i, r in enumerate(results):
+            ax.annotate(f"Parquet = {r['ratio_parquet_over_kstore']:.1f}x kstore",
+                        (i, max(r["kstore_rows_per_s"], r["parquet_rows_per_s"]) / 1e6 * 1.02),
+                        ha="center", va="bottom", fontsize=9)
+        ax.set_xticks(x, ["count + sum(length(value))", "groupBy(key).count()"])
+        ax.set_ylabel("million rows/s (best of 3)")
+        ax.set_title(f"Spark local[2], {RECORDS:,} records of {VALUE_BYTES} B")
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8)
+
+    return common.plot("spark", draw, width=7, height=4.5)
+
+
+def summary(data: dict) -> str:
+    """One line for run_all.py."""
+    cells = ", ".join(f"{q['query']} query {common.fmt_rate(q['kstore_rows_per_s'])} rows/s vs Parquet "
+                      f"{common.fmt_rate(q['parquet_rows_per_s'])} ({q['ratio_parquet_over_kstore']:.1f}x; "
+                      f"no-decode floor {common.fmt_rate(q['python_source_floor_rows_per_s'])})"
+                      for q in data["queries"])
+    return f"{cells}; decoder alone {common.fmt_rate(data['decoder_alone']['rows_per_s'])} rows/s"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()

@@ -1,0 +1,510 @@
+"""kstore as a Spark data source, in real Spark (local mode): batch and streaming reads mirroring
+Spark's Kafka source, exactly-once recovery, data-loss checks, the writer, bad options, and the
+same through the network broker (`kstore serve`).
+
+One SparkSession is shared by every test (starting one costs ~10 s). Its JVM's stderr, where
+Spark's Python workers print, goes to a file, so the tests can read the source's warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from helpers import T0  # noqa: E402
+from kstore.broker import Broker  # noqa: E402
+from kstore.compression import Compression  # noqa: E402
+from kstore.partitioner import partition_for_key  # noqa: E402
+from kstore.records import ControlRecordType, Record, build_batch, build_control_batch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DDL = ("key binary, value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, timestampType int")
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures and helpers
+# ---------------------------------------------------------------------------------------------
+
+class StderrLog:
+    def __init__(self, path: Path):
+        self.path, self.pos = path, 0
+
+    def new_text(self) -> str:
+        """What Spark (and its Python workers) printed since the last call."""
+        data = self.path.read_bytes()
+        text, self.pos = data[self.pos:].decode("utf-8", "replace"), len(data)
+        return text
+
+
+@pytest.fixture(scope="session")
+def spark_and_log(tmp_path_factory):
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+ (not found on PATH or in JAVA_HOME)")
+    from kstore.spark import spark_session
+    log_path = tmp_path_factory.mktemp("spark") / "spark-stderr.log"
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(2)
+    os.dup2(fd, 2)           # the JVM (and every Python worker it starts) inherits this stderr
+    try:
+        spark = spark_session("kstore-tests")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+    yield spark, StderrLog(log_path)
+    spark.stop()
+
+
+@pytest.fixture
+def spark(spark_and_log):
+    return spark_and_log[0]
+
+
+@pytest.fixture
+def stderr_log(spark_and_log):
+    log = spark_and_log[1]
+    log.new_text()
+    return log
+
+
+def rows_of(df) -> list[tuple]:
+    """(partition, offset, key, value, timestamp ms, headers) sorted, from a kstore DataFrame."""
+    headers = "headers" in df.columns
+    cols = ["partition", "offset", "key", "value", "unix_millis(timestamp) AS ts"]
+    if headers:
+        cols.append("headers")
+    out = []
+    for r in df.selectExpr(*cols).collect():
+        hs = tuple((h.key, h.value) for h in r.headers) if headers and r.headers else ()
+        out.append((r.partition, r.offset, r.key, r.value, r.ts, hs))
+    return sorted(out)
+
+
+def engine_rows(log_dir, topic) -> list[tuple]:
+    """The same tuples, read by the engine itself (Broker → Log.records())."""
+    with Broker(str(log_dir)) as b:
+        return sorted((p, r.offset, r.key, r.value, r.timestamp, tuple(r.headers))
+                      for p in range(b.partition_count(topic)) for r in b.get_log(topic, p).records())
+
+
+def produce(log_dir, topic, per_partition: int, start: int = 0, value_size: int = 8) -> None:
+    with Broker(str(log_dir)) as b:
+        for p in range(b.partition_count(topic)):
+            for i in range(start, start + per_partition, 5):
+                b.produce(topic, p, build_batch([
+                    Record(f"k{j % 4}".encode(), f"{p}:{j}:".encode().ljust(value_size, b"x"), T0 + j)
+                    for j in range(i, min(i + 5, start + per_partition))]))
+
+
+def kstore_read(spark, log_dir, **options):
+    reader = spark.read.format("kstore")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(str(log_dir))
+
+
+def kstore_stream(spark, log_dir, **options):
+    reader = spark.readStream.format("kstore")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(str(log_dir))
+
+
+def run_available_now(writer):
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    return query
+
+
+def checkpoint_offsets(checkpoint: Path, batch: int) -> dict:
+    """The source offsets Spark logged for a micro-batch (<checkpoint>/offsets/<batch>)."""
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    assert lines[0] == "v1"
+    return json.loads(lines[2])
+
+
+@pytest.fixture
+def mixed(tmp_path) -> Path:
+    """Two partitions: every codec, headers, null keys and values, a transaction marker, rolled
+    segments with index entries."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("mixed", 2, configs={"segment.bytes": 2048, "index.interval.bytes": 256})
+        for p in range(2):
+            for i, codec in enumerate([Compression.NONE, Compression.GZIP, Compression.SNAPPY,
+                                       Compression.LZ4, Compression.ZSTD] * 2):
+                b.produce("mixed", p, build_batch([
+                    Record(None if j % 7 == 0 else f"k{j}".encode(),
+                           None if j % 11 == 0 else f"v{p}-{j}".encode(), T0 + j,
+                           (("h", b"x"), ("n", None)) if j % 3 == 0 else ())
+                    for j in range(i * 10, i * 10 + 10)], compression=codec))
+                if i == 4:
+                    b.produce("mixed", p, build_control_batch(
+                        ControlRecordType.COMMIT, timestamp=T0, producer_id=7, producer_epoch=0))
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# batch reads
+# ---------------------------------------------------------------------------------------------
+
+def test_batch_read_returns_exactly_the_engines_records(spark, mixed):
+    df = kstore_read(spark, mixed, subscribe="mixed", includeHeaders="true")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")
+    assert df.rdd.getNumPartitions() == 2                        # one per topic-partition
+    expected = engine_rows(mixed, "mixed")
+    assert len(expected) == 200
+    assert rows_of(df) == expected                  # every codec, headers, nulls; marker skipped
+    assert {r.topic for r in df.select("topic").distinct().collect()} == {"mixed"}
+    assert [r.timestampType for r in df.select("timestampType").distinct().collect()] == [0]
+    plain = kstore_read(spark, mixed, subscribe="mixed")
+    assert plain.schema.simpleString() == spark.createDataFrame([], SOURCE_DDL).schema.simpleString()
+
+
+def test_compacted_topics_with_gaps_and_log_append_time(spark, tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("compacted", 1, configs={"segment.bytes": 1024, "cleanup.policy": "compact",
+                                                "min.cleanable.dirty.ratio": 0.01})
+        b.create_topic("appended", 1, configs={"message.timestamp.type": "LogAppendTime"})
+        for i in range(200):
+            key = b"u%d" % i if i % 10 == 0 else b"k%d" % (i % 5)
+            b.produce("compacted", 0, build_batch([Record(key, b"v%d" % i, T0 + i)],
+                                                  compression=Compression.GZIP))
+        b.produce("appended", 0, build_batch([Record(b"a", b"1", T0), Record(b"b", b"2", T0 + 1)]))
+        b.logs.run_cleaner()
+    expected = engine_rows(d, "compacted")
+    offsets = [r[1] for r in expected]
+    assert len(expected) < 200 and offsets != list(range(offsets[0], offsets[0] + len(offsets)))
+    assert rows_of(kstore_read(spark, d, subscribe="compacted")) == expected
+    appended = kstore_read(spark, d, subscribe="appended").collect()
+    assert [r.timestampType for r in appended] == [1, 1]
+    assert rows_of(kstore_read(spark, d, subscribe="appended")) == engine_rows(d, "appended")
+    assert engine_rows(d, "appended")[0][4] > T0 + 1000      # the broker's clock, not the producer's
+
+
+def test_offsets_timestamps_and_subscriptions_in_batch(spark, tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("a", 3)
+        b.create_topic("b", 1)
+        b.create_topic("other", 1)
+    produce(d, "a", 20)
+    produce(d, "b", 20)
+    produce(d, "other", 20)
+
+    def counts(df):
+        return sorted((r.topic, r.partition, r["count"]) for r in df.groupBy("topic", "partition").count().collect())
+
+    df = kstore_read(spark, d, subscribe="a", startingOffsets='{"a":{"0":5,"1":-2,"2":18}}',
+                     endingOffsets='{"a":{"0":10,"1":-1,"2":-1}}')
+    assert counts(df) == [("a", 0, 5), ("a", 1, 20), ("a", 2, 2)]
+    assert rows_of(df)[0][1] == 5
+    assert counts(kstore_read(spark, d, assign='{"a":[2],"b":[0]}')) == [("a", 2, 20), ("b", 0, 20)]
+    assert counts(kstore_read(spark, d, subscribePattern="[ab]")) == [
+        ("a", 0, 20), ("a", 1, 20), ("a", 2, 20), ("b", 0, 20)]
+    # timestamps: record j has timestamp T0 + j
+    assert counts(kstore_read(spark, d, subscribe="b", startingTimestamp=str(T0 + 13))) == [("b", 0, 7)]
+    by_ts = kstore_read(spark, d, subscribe="a", startingOffsetsByTimestamp=json.dumps(
+        {"a": {"0": T0, "1": T0 + 19, "2": T0 + 100}}), startingOffsetsByTimestampStrategy="latest")
+    assert counts(by_ts) == [("a", 0, 20), ("a", 1, 1)]
+    with pytest.raises(Exception, match="No offset matched from request of topic-partition b-0"):
+        kstore_read(spark, d, subscribe="b", startingTimestamp=str(T0 + 100)).collect()
+    # minPartitions splits big topic-partitions into more Spark partitions, same rows
+    split = kstore_read(spark, d, subscribe="a", minPartitions="6")
+    assert split.rdd.getNumPartitions() == 6
+    assert rows_of(split) == rows_of(kstore_read(spark, d, subscribe="a"))
+
+
+def test_bad_options_give_clear_errors(spark, mixed, tmp_path):
+    def error_of(make) -> str:
+        with pytest.raises(Exception) as e:
+            make().collect()
+        return str(e.value)
+
+    assert "unknown option 'startingoffset'" in error_of(
+        lambda: kstore_read(spark, mixed, subscribe="mixed", startingOffset="earliest"))
+    text = error_of(lambda: kstore_read(spark, mixed, subscribe="mixed",
+                                        startingOffsets='{"mixed":{"0":1,}}'))
+    assert "'startingOffsets' is not valid JSON" in text and '{"topicA":{"0":23' in text
+    text = error_of(lambda: kstore_read(spark, mixed, subscribe="clicks"))
+    assert "topic 'clicks' does not exist" in text and "its topics: mixed" in text
+    assert "partition mixed-5 does not exist" in error_of(
+        lambda: kstore_read(spark, mixed, assign='{"mixed":[0,5]}'))
+    assert "you must specify all TopicPartitions" in error_of(
+        lambda: kstore_read(spark, mixed, subscribe="mixed", startingOffsets='{"mixed":{"0":1}}'))
+    assert "can't be latest for batch queries" in error_of(
+        lambda: kstore_read(spark, mixed, subscribe="mixed", startingOffsets="latest"))
+    assert "does not exist" in error_of(lambda: kstore_read(spark, tmp_path / "nowhere", subscribe="t"))
+    assert "fixed schema" in error_of(
+        lambda: spark.read.format("kstore").schema("value string").option("subscribe", "mixed")
+        .load(str(mixed)))
+    with pytest.raises(Exception, match="not valid in streaming queries"):
+        kstore_stream(spark, mixed, subscribe="mixed", endingOffsets="latest") \
+            .writeStream.format("noop").start().awaitTermination(60)
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming
+# ---------------------------------------------------------------------------------------------
+
+def test_streaming_available_now_admission_control_and_restart_exactly_once(spark, tmp_path):
+    d, out, ck = tmp_path / "logs", tmp_path / "out", tmp_path / "ck"
+    with Broker(str(d)) as b:
+        b.create_topic("ev", 3)
+    produce(d, "ev", 30)
+
+    def run(**options):
+        df = kstore_stream(spark, d, subscribe="ev", **options).select("partition", "offset", "value")
+        return run_available_now(df.writeStream.format("parquet").option("path", str(out))
+                                 .option("checkpointLocation", str(ck)))
+
+    q = run(startingOffsets="earliest", maxOffsetsPerTrigger="40")
+    # 40 offsets per trigger, split over the partitions in proportion to their backlog (13 each)
+    assert [p["numInputRows"] for p in q.recentProgress] == [39, 39, 12]
+    assert checkpoint_offsets(ck, 0) == {"ev": {"0": 13, "1": 13, "2": 13}}   # Kafka's JSON
+    assert checkpoint_offsets(ck, 2) == {"ev": {"0": 30, "1": 30, "2": 30}}
+    produce(d, "ev", 15, start=30)
+    q = run(startingOffsets="earliest")          # ignored: the checkpoint has the offsets
+    assert [p["numInputRows"] for p in q.recentProgress] == [45]
+    assert json.loads(q.recentProgress[0]["sources"][0]["startOffset"]) == {"ev": {"0": 30, "1": 30, "2": 30}}
+    got = sorted((r.partition, r.offset, r.value) for r in spark.read.parquet(str(out)).collect())
+    assert got == [(p, o, v) for p, o, _k, v, _t, _h in engine_rows(d, "ev")]   # each exactly once
+    assert len(got) == 135
+
+
+def test_a_failed_batch_is_replayed_with_the_same_offsets(spark, tmp_path):
+    d, ck = tmp_path / "logs", tmp_path / "ck"
+    with Broker(str(d)) as b:
+        b.create_topic("ev", 2)
+    produce(d, "ev", 20)
+    attempts: list[tuple[int, list]] = []
+    fail_once = {1}
+
+    def sink(batch_df, batch_id):
+        rows = sorted((r.partition, r.offset) for r in batch_df.select("partition", "offset").collect())
+        attempts.append((batch_id, rows))
+        if batch_id in fail_once:
+            fail_once.discard(batch_id)
+            raise RuntimeError("injected failure in batch 1")
+        batch_df.write.mode("overwrite").parquet(str(tmp_path / "out" / f"batch={batch_id}"))
+
+    def run():
+        df = kstore_stream(spark, d, subscribe="ev", startingOffsets="earliest",
+                           maxOffsetsPerTrigger="16")
+        return run_available_now(df.writeStream.foreachBatch(sink).option("checkpointLocation", str(ck)))
+
+    with pytest.raises(Exception, match="injected failure"):
+        run()
+    assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
+    planned = checkpoint_offsets(ck, 1)
+    run()                                                       # restart from the checkpoint
+    assert checkpoint_offsets(ck, 1) == planned
+    by_batch = [a for a in attempts if a[0] == 1]
+    assert len(by_batch) == 2 and by_batch[0][1] == by_batch[1][1]    # same offsets, same rows
+    done = spark.read.parquet(str(tmp_path / "out")).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in done) == [(p, o) for p in range(2) for o in range(20)]
+
+
+def test_offsets_removed_by_retention_are_data_loss(spark, stderr_log, tmp_path):
+    d, out, ck = tmp_path / "logs", tmp_path / "out", tmp_path / "ck"
+    with Broker(str(d)) as b:
+        b.create_topic("ret", 1, configs={"segment.bytes": 700, "retention.ms": -1})
+    produce(d, "ret", 50, value_size=40)
+
+    def run(**options):
+        df = kstore_stream(spark, d, subscribe="ret", startingOffsets="earliest", **options)
+        return run_available_now(df.select("offset").writeStream.format("parquet")
+                                 .option("path", str(out)).option("checkpointLocation", str(ck)))
+
+    run()
+    produce(d, "ret", 50, start=50, value_size=40)
+    with Broker(str(d)) as b:                       # retention removes offsets the query never read
+        b.get_log("ret", 0).maybe_increment_log_start_offset(80)
+        b.logs.run_retention()
+    with pytest.raises(Exception) as e:
+        run()                                          # failOnDataLoss defaults to true
+    text = str(e.value)
+    assert "Cannot fetch offset 50 (TopicPartition: ret-0)" in text
+    assert "offsets [50, 80) of ret-0 are no longer in the log" in text and "failOnDataLoss" in text
+    run(failOnDataLoss="false")
+    offsets = sorted(r.offset for r in spark.read.parquet(str(out)).collect())
+    assert offsets == list(range(50)) + list(range(80, 100))       # skipped ahead
+    warnings = stderr_log.new_text()
+    assert "WARN kstore.spark: Cannot fetch offset 50 (TopicPartition: ret-0)" in warnings
+    assert 'set the source option "failOnDataLoss" to "true"' in warnings
+    # Batch reads follow the same rules; "earliest" is never data loss.
+    with pytest.raises(Exception, match=r"offsets \[10, 80\) of ret-0 are no longer in the log"):
+        kstore_read(spark, d, subscribe="ret", startingOffsets='{"ret":{"0":10}}').collect()
+    skipped = kstore_read(spark, d, subscribe="ret", startingOffsets='{"ret":{"0":10}}',
+                          failOnDataLoss="false")
+    assert [r.offset for r in skipped.select("offset").collect()] == list(range(80, 100))
+    assert kstore_read(spark, d, subscribe="ret").count() == 20
+    assert "Cannot fetch offset 10" in stderr_log.new_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# the writer
+# ---------------------------------------------------------------------------------------------
+
+def test_writer_output_reads_back_through_the_engine_and_the_source(spark, tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("w", 3)
+        b.create_topic("x", 1)
+    rows = [("user-%d" % i, "value-%d" % i, None) for i in range(30)]
+    rows.append(("tomb", None, None))
+    rows.append((None, "keyless", 2))
+    df = spark.createDataFrame(rows, "key string, value string, partition int")
+    df.write.format("kstore").option("topic", "w").mode("append").save(str(d))
+    written = engine_rows(d, "w")
+    assert sorted(((k, v) for _p, _o, k, v, _t, _h in written), key=repr) == sorted(
+        (((k.encode() if k else None), (v.encode() if v else None)) for k, v, _ in rows), key=repr)
+    for p, _o, k, v, _t, _h in written:                          # Kafka's partitioner
+        if k is not None:
+            assert p == partition_for_key(k, 3)
+    assert [p for p, _o, k, v, _t, _h in written if v == b"keyless"] == [2]
+    assert rows_of(kstore_read(spark, d, subscribe="w")) == written
+    # a topic column, binary values and headers
+    df2 = spark.createDataFrame(
+        [("w", b"\x00\x01", [("trace", b"t1")]), ("x", b"\xff", None)],
+        "topic string, value binary, headers array<struct<key:string,value:binary>>")
+    df2.write.format("kstore").mode("append").save(str(d))
+    assert [(v, h) for _p, _o, _k, v, _t, h in engine_rows(d, "x")] == [(b"\xff", ())]
+    assert [h for *_, h in engine_rows(d, "w") if h] == [(("trace", b"t1"),)]
+    assert kstore_read(spark, d, subscribe="w").count() == 33
+    assert not (d / ".kstore-spark-staging").exists()            # staged files are cleaned up
+
+
+def test_writer_errors_are_clear(spark, tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("w", 1)
+    df = spark.createDataFrame([("k", "v")], "key string, value string")
+
+    def error_of(writer) -> str:
+        with pytest.raises(Exception) as e:
+            writer.save(str(d))
+        return str(e.value)
+
+    assert "topic 'nope' does not exist" in error_of(
+        df.write.format("kstore").option("topic", "nope").mode("append"))
+    assert "Required attribute 'value' not found" in error_of(
+        df.selectExpr("key").write.format("kstore").option("topic", "w").mode("append"))
+    assert "topic option required" in error_of(df.write.format("kstore").mode("append"))
+    assert "append-only" in error_of(df.write.format("kstore").option("topic", "w").mode("overwrite"))
+    holder = Broker(str(d))                   # someone holds the log dir's .lock
+    try:
+        text = error_of(df.write.format("kstore").option("topic", "w")
+                        .option("kstore.lockTimeoutMs", "300").mode("append"))
+        assert "is in use" in text and "kafka.bootstrap.servers" in text
+        assert kstore_read(spark, d, subscribe="w").count() == 0   # reading needs no lock
+    finally:
+        holder.shutdown()
+    assert engine_rows(d, "w") == []                                # nothing half-written
+
+
+def test_streaming_writer_is_idempotent_per_batch_id(spark, tmp_path):
+    d, ck = tmp_path / "logs", tmp_path / "ck"
+    with Broker(str(d)) as b:
+        b.create_topic("src", 2)
+        b.create_topic("copy", 2)
+    produce(d, "src", 20)
+
+    def run():
+        df = kstore_stream(spark, d, subscribe="src", startingOffsets="earliest").select("key", "value")
+        return run_available_now(df.writeStream.format("kstore").option("topic", "copy")
+                                 .option("checkpointLocation", str(ck)).option("path", str(d)))
+
+    q = run()
+    assert kstore_read(spark, d, subscribe="copy").count() == 40
+    # Spark re-runs the last batch when its commit was not recorded (a crash right after the sink
+    # committed): the sink sees the same batch id again and must not append twice.
+    os.remove(ck / "commits" / "0")
+    os.remove(ck / "commits" / ".0.crc")
+    run()
+    assert kstore_read(spark, d, subscribe="copy").count() == 40
+    state = json.loads((d / "kstore-spark-sink-commits.json").read_text())
+    assert state[str(q.id)]["batch_id"] == 0 and state[str(q.id)]["state"] == "committed"
+    produce(d, "src", 5, start=20)
+    run()
+    assert sorted(v for *_, v, _t, _h in engine_rows(d, "copy")) == sorted(
+        v for *_, v, _t, _h in engine_rows(d, "src"))
+    assert not (d / ".kstore-spark-staging").exists()            # staged files are cleaned up
+
+
+# ---------------------------------------------------------------------------------------------
+# through the network broker
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def served(tmp_path):
+    """`kstore serve` on a log dir holding topic `ev` (3 × 20 records, with headers)."""
+    d = tmp_path / "served"
+    with Broker(str(d)) as b:
+        b.create_topic("ev", 3)
+        b.create_topic("out", 2)
+        for p in range(3):
+            b.produce("ev", p, build_batch([Record(b"k%d" % i, b"v%d" % i, T0 + i, (("p", b"%d" % p),))
+                                            for i in range(20)], compression=Compression.LZ4))
+    expected = engine_rows(d, "ev")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(d), "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
+            time.sleep(0.1)
+    yield d, f"127.0.0.1:{port}", expected
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
+    d, servers, expected = served
+    net = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
+        .option("subscribe", "ev").option("includeHeaders", "true").load()
+    assert rows_of(net) == expected
+    assert rows_of(kstore_read(spark, d, subscribe="ev", includeHeaders="true")) == expected
+    assert net.filter("offset >= 15").count() == 15
+    # streaming over the network into a topic of the same (running) broker
+    ck = tmp_path / "ck"
+    stream = spark.readStream.format("kstore").option("kafka.bootstrap.servers", servers) \
+        .option("subscribe", "ev").option("startingOffsets", "earliest").load()
+    run_available_now(stream.select("key", "value").writeStream.format("kstore")
+                      .option("kafka.bootstrap.servers", servers).option("topic", "out")
+                      .option("kstore.stagingDir", str(tmp_path / "staging"))
+                      .option("checkpointLocation", str(ck)))
+    assert not (tmp_path / "staging").exists()                     # staged files are cleaned up
+    assert json.loads((ck / "kstore-sink-commits.json").read_text())   # batch ids remembered
+    copied = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
+        .option("subscribe", "out").load()
+    assert sorted(r.value for r in copied.collect()) == sorted(r[3] for r in expected)
+    # the running broker holds the log dir's lock: the log-dir sink says what to do instead
+    with pytest.raises(Exception, match="kafka.bootstrap.servers"):
+        spark.createDataFrame([("v",)], "value string").write.format("kstore") \
+            .option("topic", "out").option("kstore.lockTimeoutMs", "200").mode("append").save(str(d))
+    with pytest.raises(Exception, match="topic 'nope' does not exist in the kstore broker"):
+        spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
+            .option("subscribe", "nope").load().collect()

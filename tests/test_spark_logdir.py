@@ -1,0 +1,422 @@
+"""The Spark source's engine side, without a JVM: the read-only log-dir reader, RecordBatch → Arrow
+decoding, option parsing, the read-time data-loss rules and the sink's exactly-once commit.
+(tests/test_spark.py runs the same source inside real Spark.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark")
+
+from helpers import KAFKA_LOGS, T0  # noqa: E402
+from kstore.broker import Broker  # noqa: E402
+from kstore.compression import Compression  # noqa: E402
+from kstore.records import (ControlRecordType, Record, build_batch,  # noqa: E402
+                            build_control_batch)
+from kstore.spark.backends import Location, LogDirBackend  # noqa: E402
+from kstore.spark.decode import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS  # noqa: E402
+from kstore.spark.logdir import LogDirReader  # noqa: E402
+from kstore.spark.options import (KStoreOptionError, parse_sink_options,  # noqa: E402
+                                  parse_source_options)
+from kstore.spark.sink import (COMMITS_FILE, KStoreSinkError, LogDirAppender,  # noqa: E402
+                               StagedRun, StagedWrite, commit_staged)
+from kstore.spark.source import (KStoreDataLossError, KStoreRange, read_range,  # noqa: E402
+                                 split_ranges)
+
+
+def snapshot(directory) -> dict:
+    out = {}
+    for root, dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), directory) + "/"] = None
+    return out
+
+
+def engine(log_dir, topic) -> list[tuple]:
+    """(partition, offset, key, value, timestamp, headers) of every record, read by the engine."""
+    with Broker(str(log_dir)) as b:
+        return [(p, r.offset, r.key, r.value, r.timestamp, tuple(r.headers))
+                for p in range(b.partition_count(topic)) for r in b.get_log(topic, p).records()]
+
+
+def arrow_rows(batches) -> list[tuple]:
+    out = []
+    for batch in batches:
+        d = batch.to_pydict()
+        for i in range(batch.num_rows):
+            headers = d["headers"][i] if "headers" in d else None
+            out.append((d["partition"][i], d["offset"][i], d["key"][i], d["value"][i],
+                        int(d["timestamp"][i].timestamp() * 1000 + 0.5),
+                        tuple((h["key"], h["value"]) for h in headers) if headers else ()))
+    return out
+
+
+def read_all(log_dir, topic, include_headers=True) -> list[tuple]:
+    backend = LogDirBackend(str(log_dir))
+    out = []
+    for p in range(backend.topic_partitions()[topic]):
+        start, end = backend.offset_ranges([(topic, p)])[(topic, p)]
+        out += arrow_rows(read_range(KStoreRange(backend.location, topic, p, start, end,
+                                                 include_headers=include_headers)))
+    return out
+
+
+@pytest.fixture
+def mixed(tmp_path) -> Path:
+    """Two partitions; every codec, headers, null keys and values, a transaction marker, several
+    segments with index entries."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("mixed", 2, configs={"segment.bytes": 4096, "index.interval.bytes": 256})
+        for p in range(2):
+            offset_ts = T0
+            for i, codec in enumerate([Compression.NONE, Compression.GZIP, Compression.SNAPPY,
+                                       Compression.LZ4, Compression.ZSTD] * 4):
+                recs = [Record(None if j % 7 == 0 else f"k{j}".encode(),
+                               None if j % 11 == 0 else (f"v{p}-{i}-{j}-" * 3).encode(),
+                               offset_ts + j, (("h", b"x"), ("n", None)) if j % 3 == 0 else ())
+                        for j in range(i * 10, i * 10 + 10)]
+                b.produce("mixed", p, build_batch(recs, compression=codec))
+                if i == 5:
+                    b.produce("mixed", p, build_control_batch(
+                        ControlRecordType.COMMIT, timestamp=T0, producer_id=1, producer_epoch=0))
+    return d
+
+
+def test_reader_returns_exactly_the_engines_records_every_codec(mixed):
+    expected = engine(mixed, "mixed")
+    assert len(expected) == 2 * 200
+    assert read_all(mixed, "mixed") == expected
+
+
+def test_decoding_yields_arrow_record_batches_with_sparks_kafka_schema(mixed):
+    backend = LogDirBackend(str(mixed))
+    batches = list(backend.read_arrow("mixed", 0, 0, 10**9, include_headers=False))
+    assert batches and all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert all(b.schema.equals(ARROW_SCHEMA) for b in batches)
+    with_headers = list(backend.read_arrow("mixed", 0, 0, 10**9, include_headers=True))
+    assert with_headers[0].schema.equals(ARROW_SCHEMA_WITH_HEADERS)
+    # offsets are contiguous but for the transaction marker (a control batch: not a record)
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(60)) + list(range(61, 201))
+
+
+@pytest.mark.parametrize("start,end", [(0, 1), (5, 17), (37, 38), (59, 61), (60, 62), (100, 201)])
+def test_ranges_start_mid_batch_and_use_the_sparse_index(mixed, start, end):
+    expected = [r for r in engine(mixed, "mixed") if r[0] == 1 and start <= r[1] < end]
+    backend = LogDirBackend(str(mixed))
+    got = arrow_rows(backend.read_arrow("mixed", 1, start, end, include_headers=True))
+    assert got == expected
+    seg = LogDirReader(str(mixed)).partition("mixed", 1).segments()
+    assert len(seg) > 1 and any(s.index_entries() for s in seg)
+
+
+def test_offsets_match_the_engine_and_latest_is_the_checkpointed_high_watermark(mixed):
+    reader = LogDirReader(str(mixed))
+    assert reader.topic_partitions() == {"mixed": 2}
+    assert reader.partition("mixed", 0).offsets() == (0, 201, 201)
+    # A live broker appends: files grow, but the HW checkpoint is written only later.
+    b = Broker(str(mixed))
+    try:
+        b.produce("mixed", 0, build_batch([Record(b"k", b"late", T0)]))
+        start, hw, leo = reader.partition("mixed", 0).offsets()
+        assert (start, hw, leo) == (0, 201, 202)          # not committed as far as readers know
+        b.replica_manager.checkpoint_high_watermarks()
+        assert reader.partition("mixed", 0).offsets() == (0, 202, 202)
+    finally:
+        b.shutdown()
+
+
+def test_reading_never_writes_and_needs_no_lock(mixed):
+    before = snapshot(mixed)
+    assert len(read_all(mixed, "mixed")) == 400
+    assert snapshot(mixed) == before                      # not a byte changed, no file created
+    b = Broker(str(mixed))                                # a broker holds the .lock meanwhile
+    try:
+        assert read_all(mixed, "mixed") == [r for r in read_all(mixed, "mixed")]
+        assert len(read_all(mixed, "mixed")) == 400
+    finally:
+        b.shutdown()
+
+
+def test_a_real_kafka_log_dir_is_read_as_is():
+    """A directory written by Apache Kafka (read-only files, no kstore metadata)."""
+    for commit in ("510714e", "e856b9a"):
+        backend = LogDirBackend(str(KAFKA_LOGS / commit))
+        assert "foo" in backend.topic_partitions()
+        start, end = backend.offset_ranges([("foo", 0)])[("foo", 0)]
+        rows = arrow_rows(read_range(KStoreRange(backend.location, "foo", 0, start, end)))
+        assert len(rows) == end - start >= 1
+
+
+def test_offset_for_timestamp_matches_the_engine(tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("t", 1, configs={"segment.bytes": 2048, "index.interval.bytes": 128})
+        ts = [T0 + 10 * i for i in range(300)]
+        ts[150] = T0 + 5                     # out of order timestamps exist in Kafka logs too
+        for i in range(0, 300, 7):
+            b.produce("t", 0, build_batch([Record(b"k", b"v" * 20, ts[j])
+                                           for j in range(i, min(i + 7, 300))]))
+        log = b.get_log("t", 0)
+        targets = [T0 - 1, T0, T0 + 5, T0 + 6, T0 + 1234, T0 + 2990, T0 + 2991]
+        expected = {t: (lambda f: None if f is None else f.offset)(log.fetch_offset_by_timestamp(t))
+                    for t in targets}
+    part = LogDirReader(str(d)).partition("t", 0)
+    assert {t: part.offset_for_timestamp(t, 300) for t in targets} == expected
+
+
+def test_retention_and_compaction_move_the_offsets_the_reader_sees(tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("r", 1, configs={"segment.bytes": 1024, "retention.ms": -1})
+        b.create_topic("c", 1, configs={"segment.bytes": 1024, "cleanup.policy": "compact",
+                                        "min.cleanable.dirty.ratio": 0.01})
+        for i in range(100):
+            b.produce("r", 0, build_batch([Record(b"k%d" % i, b"v" * 30, T0 + i)]))
+            b.produce("c", 0, build_batch([Record(b"u%d" % i if i % 10 == 0 else b"k%d" % (i % 5),
+                                                  b"v%d" % i, T0 + i)]))
+        b.get_log("r", 0).maybe_increment_log_start_offset(57)
+        b.logs.run_retention()
+        b.logs.run_cleaner()
+    reader = LogDirReader(str(d))
+    assert reader.partition("r", 0).offsets() == (57, 100, 100)
+    assert read_all(d, "r") == engine(d, "r")
+    compacted = read_all(d, "c")
+    assert compacted == engine(d, "c")
+    assert len(compacted) < 100
+    offsets = [r[1] for r in compacted]
+    assert offsets != list(range(offsets[0], offsets[0] + len(offsets)))   # gaps
+
+
+def test_read_time_data_loss_rules(tmp_path):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("r", 1, configs={"segment.bytes": 1024, "retention.ms": -1})
+        for i in range(100):
+            b.produce("r", 0, build_batch([Record(b"k", b"v" * 30, T0 + i)]))
+        b.get_log("r", 0).maybe_increment_log_start_offset(57)
+        b.logs.run_retention()
+    loc = Location(log_dir=str(d))
+    with pytest.raises(KStoreDataLossError) as e:
+        list(read_range(KStoreRange(loc, "r", 0, 20, 80)))
+    assert "r-0" in str(e.value) and "[20, 57)" in str(e.value) and "failOnDataLoss" in str(e.value)
+    skipped = list(read_range(KStoreRange(loc, "r", 0, 20, 80, fail_on_data_loss=False)))
+    assert [o for b in skipped for o in b.column("offset").to_pylist()] == list(range(57, 80))
+    assert list(read_range(KStoreRange(loc, "r", 0, 10, 40, fail_on_data_loss=False))) == []
+    # "earliest" is bound late: offsets that aged out after planning are not data loss.
+    late = list(read_range(KStoreRange(loc, "r", 0, 0, 100, start_is_earliest=True)))
+    assert sum(b.num_rows for b in late) == 43
+    with pytest.raises(KStoreDataLossError, match=r"now ends at offset 100"):
+        list(read_range(KStoreRange(loc, "r", 0, 90, 120)))
+
+
+def test_min_partitions_and_max_records_split_ranges_like_kafka():
+    loc = Location(log_dir="/x")
+    ranges = [KStoreRange(loc, "t", 0, 0, 100, True), KStoreRange(loc, "t", 1, 0, 10)]
+    split = split_ranges(ranges, 6, None)
+    assert [(r.partition, r.start, r.end) for r in split] == [
+        (0, 0, 20), (0, 20, 40), (0, 40, 60), (0, 60, 80), (0, 80, 100), (1, 0, 10)]
+    assert [r.start_is_earliest for r in split[:2]] == [True, False]
+    assert len(split_ranges(ranges, None, 30)) == 4 + 1
+    assert split_ranges(ranges, 2, None) == ranges            # already enough tasks
+
+
+# ---- options -------------------------------------------------------------------------------
+
+BASE = {"path": "/tmp/x", "subscribe": "t"}
+
+
+@pytest.mark.parametrize("options,streaming,message", [
+    ({**BASE, "startingOfsets": "earliest"}, False, "unknown option 'startingofsets'"),
+    ({"path": "/x"}, False, "One of the following options must be specified"),
+    ({**BASE, "assign": '{"t":[0]}'}, False, "Only one of the following options"),
+    ({**BASE, "startingOffsets": '{"t":{"0":1'}, False, "not valid JSON"),
+    ({**BASE, "startingOffsets": '{"t":[0,1]}'}, False, "must map partitions to numbers"),
+    ({**BASE, "startingOffsets": "newest"}, False, "must be 'earliest', 'latest' or Kafka's"),
+    ({**BASE, "startingOffsets": "latest"}, False, "can't be latest for batch queries"),
+    ({**BASE, "endingOffsets": '{"t":{"0":-2}}'}, False, "can't be earliest (-2)"),
+    ({**BASE, "endingOffsets": "latest"}, True, "not valid in streaming queries"),
+    ({**BASE, "minPartitions": "0"}, False, "must be a positive integer"),
+    ({**BASE, "maxOffsetsPerTrigger": "many"}, True, "must be a positive integer"),
+    ({**BASE, "failOnDataLoss": "maybe"}, False, "'failOnDataLoss' must be 'true' or 'false'"),
+    ({**BASE, "startingTimestamp": "yesterday"}, False, "milliseconds since the epoch"),
+    ({"path": "/x", "assign": '{"t":["0"]}'}, False, "expected e.g."),
+    ({"path": "/x", "subscribePattern": "("}, False, "not a valid regular expression"),
+    ({"subscribe": "t"}, False, "needs a log directory"),
+    ({**BASE, "kafka.bootstrap.servers": "h:1"}, False, "not both"),
+    ({**BASE, "groupIdPrefix": "g"}, True, "does not use consumer groups"),
+])
+def test_bad_options_are_refused_with_a_clear_message(options, streaming, message):
+    with pytest.raises(KStoreOptionError) as e:
+        parse_source_options(options, streaming)
+    assert message in str(e.value)
+
+
+def test_options_are_case_insensitive_and_parse_kafkas_json():
+    o = parse_source_options({"PATH": "/x", "Subscribe": "a, b", "STARTINGOFFSETS":
+                              '{"a":{"0":5,"1":-2},"b":{"0":-1}}', "maxOffsetsPerTrigger": "10",
+                              "includeheaders": "TRUE"}, True)
+    assert o.topics == ["a", "b"] and o.include_headers and o.max_offsets_per_trigger == 10
+    assert o.starting.offsets == {("a", 0): 5, ("a", 1): -2, ("b", 0): -1}
+    with pytest.raises(KStoreOptionError, match="unknown option 'colour'"):
+        parse_sink_options({"path": "/x", "topic": "t", "colour": "red"})
+
+
+# ---- the sink's commit ---------------------------------------------------------------------
+
+def _stage(tmp_path, name, topic, partition, values, task=0) -> StagedWrite:
+    path = tmp_path / f"{name}.batches"
+    run = StagedRun(topic, partition, [])
+    with open(path, "wb") as f:
+        for i in range(0, len(values), 2):
+            data = build_batch([Record(None, v, T0) for v in values[i:i + 2]])
+            run.batches.append((f.tell(), len(data), len(values[i:i + 2])))
+            f.write(data)
+    return StagedWrite(str(path), [run], len(values), task, "q1")
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashingAppender(LogDirAppender):
+    def __init__(self, *a, crash_after: int):
+        super().__init__(*a)
+        self.left = crash_after
+
+    def append(self, tp, data):
+        if self.left == 0:
+            raise _Crash()
+        self.left -= 1
+        super().append(tp, data)
+
+
+def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit(tmp_path, monkeypatch):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("out", 2)
+    monkeypatch.setattr("kstore.spark.sink.MAX_PRODUCE_BYTES", 1)    # one produce per batch
+    staged = [_stage(tmp_path, "a", "out", 0, [b"a1", b"a2", b"a3"], 0),
+              _stage(tmp_path, "b", "out", 1, [b"b1", b"b2", b"b3", b"b4"], 1)]
+    with LogDirAppender(str(d), 1000) as app:
+        commit_staged(app, staged, "q1", 0)
+    with LogDirAppender(str(d), 1000) as app:                        # Spark re-commits batch 0
+        assert commit_staged(app, staged, "q1", 0) == {}
+    # batch 1 dies after one of its three produce calls ...
+    staged1 = [_stage(tmp_path, "c", "out", 0, [b"c1", b"c2", b"c3", b"c4"], 0),
+               _stage(tmp_path, "e", "out", 1, [b"e1"], 1)]
+    with pytest.raises(_Crash):
+        with _CrashingAppender(str(d), 1000, crash_after=1) as app:
+            commit_staged(app, staged1, "q1", 1)
+    state = json.loads((d / COMMITS_FILE).read_text())["q1"]
+    assert state["batch_id"] == 1 and state["state"] == "pending"
+    # ... and the retry appends exactly what is missing.
+    with LogDirAppender(str(d), 1000) as app:
+        commit_staged(app, staged1, "q1", 1)
+    with Broker(str(d)) as b:
+        assert [r.value for r in b.get_log("out", 0).records()] == [b"a1", b"a2", b"a3", b"c1",
+                                                                    b"c2", b"c3", b"c4"]
+        assert [r.value for r in b.get_log("out", 1).records()] == [b"b1", b"b2", b"b3", b"b4",
+                                                                    b"e1"]
+    assert json.loads((d / COMMITS_FILE).read_text())["q1"]["state"] == "committed"
+
+
+def test_sink_waits_for_the_lock_then_says_what_to_do(tmp_path):
+    d = tmp_path / "logs"
+    b = Broker(str(d))
+    try:
+        with pytest.raises(KStoreSinkError) as e:
+            with LogDirAppender(str(d), 200):
+                pass
+        assert "in use" in str(e.value) and "kafka.bootstrap.servers" in str(e.value)
+    finally:
+        b.shutdown()
+    shutil.rmtree(d)
+
+
+# ---- the streaming reader's planning, driven directly (Spark calls these on the driver) -------
+
+def test_stream_planning_admission_control_available_now_and_partition_changes(tmp_path, capfd):
+    from kstore.spark.source import KStoreStreamReader
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("s", 2)
+        b.produce("s", 0, build_batch([Record(b"k", b"v", T0 + i) for i in range(30)]))
+        b.produce("s", 1, build_batch([Record(b"k", b"v", T0 + i) for i in range(10)]))
+    reader = KStoreStreamReader(parse_source_options({"path": str(d), "subscribe": "s",
+                                                      "maxOffsetsPerTrigger": "8"}, True))
+    start = reader.initialOffset()
+    assert start == {"s": {"0": 30, "1": 10}}                       # default: latest
+    assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
+    begin = {"s": {"0": 0, "1": 0}}
+    # 8 offsets shared 30:10 -> 6 and 2 (Kafka's rateLimit)
+    assert reader.latestOffset(begin, ReadMaxRows(8)) == {"s": {"0": 6, "1": 2}}
+    assert reader.latestOffset(begin, ReadAllAvailable()) == {"s": {"0": 30, "1": 10}}
+    reader.prepareForTriggerAvailableNow()                          # freeze the target ...
+    with Broker(str(d)) as b:                                       # ... then more data arrives
+        b.produce("s", 0, build_batch([Record(b"k", b"v", T0)] * 5))
+        b.create_partitions("s", 3)
+        b.produce("s", 2, build_batch([Record(b"k", b"v", T0)] * 4))
+    assert reader.latestOffset(begin, ReadAllAvailable()) == {"s": {"0": 30, "1": 10}}
+    fresh = KStoreStreamReader(parse_source_options({"path": str(d), "subscribe": "s"}, True))
+    end = fresh.latestOffset({"s": {"0": 30, "1": 10}}, ReadAllAvailable())
+    assert end == {"s": {"0": 35, "1": 10, "2": 4}}                 # a new partition is found
+    ranges = fresh.partitions({"s": {"0": 30, "1": 10}}, end)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 30, 35), (2, 0, 4)]
+    assert pickle_roundtrip(ranges[0]).end == 35                    # what executors receive
+    # a partition that disappeared, and offsets that went backwards, are data loss
+    with pytest.raises(KStoreDataLossError, match=r"Partitions \[s-7\] are gone"):
+        fresh.partitions({"s": {"0": 30, "7": 3}}, {"s": {"0": 35}})
+    with pytest.raises(KStoreDataLossError, match="s-0's offset was changed from 40 to 35"):
+        fresh.partitions({"s": {"0": 40}}, {"s": {"0": 35}})
+    lenient = KStoreStreamReader(parse_source_options({"path": str(d), "subscribe": "s",
+                                                       "failOnDataLoss": "false"}, True))
+    capfd.readouterr()
+    assert lenient.partitions({"s": {"0": 40}}, {"s": {"0": 35}}) == []
+    assert "WARN kstore.spark: Partition s-0's offset was changed" in capfd.readouterr().err
+
+
+def pickle_roundtrip(obj):
+    import pickle
+    return pickle.loads(pickle.dumps(obj))
+
+
+def test_timestamps_resolve_like_offsets_for_times(tmp_path):
+    from kstore.spark.source import resolve_offsets
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("s", 1)
+        b.produce("s", 0, build_batch([Record(b"k", b"v", T0 + 10 * i) for i in range(10)]))
+    backend = LogDirBackend(str(d))
+    o = parse_source_options({"path": str(d), "subscribe": "s", "startingTimestamp": str(T0 + 15),
+                              "endingTimestamp": str(T0 + 61)}, False)
+    assert resolve_offsets(backend, o.starting, "earliest", [("s", 0)], "startingOffsets")[0] == {("s", 0): 2}
+    assert resolve_offsets(backend, o.ending, "latest", [("s", 0)], "endingOffsets")[0] == {("s", 0): 7}
+    late = parse_source_options({"path": str(d), "subscribe": "s", "endingTimestamp": str(T0 + 999)}, False)
+    assert resolve_offsets(backend, late.ending, "latest", [("s", 0)], "endingOffsets")[0] == {("s", 0): 10}
+
+
+def test_a_deleted_partition_is_data_loss_not_a_crash(tmp_path, capfd):
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("gone", 1)
+        b.produce("gone", 0, build_batch([Record(b"k", b"v", T0)] * 10))
+    loc = Location(log_dir=str(d))
+    shutil.rmtree(d / "gone-0")
+    with pytest.raises(KStoreDataLossError, match=r"Cannot fetch offsets \[0, 10\) of gone-0"):
+        list(read_range(KStoreRange(loc, "gone", 0, 0, 10)))
+    capfd.readouterr()
+    assert list(read_range(KStoreRange(loc, "gone", 0, 0, 10, fail_on_data_loss=False))) == []
+    assert "WARN kstore.spark: Cannot fetch offsets [0, 10) of gone-0" in capfd.readouterr().err

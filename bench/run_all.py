@@ -20,6 +20,7 @@ import bench_fetch  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_replication  # noqa: E402
 import bench_spark  # noqa: E402
+import bench_widgets  # noqa: E402
 import common  # noqa: E402
 
 
@@ -43,6 +44,8 @@ def main() -> dict:
     replication = bench_replication.main()
     print()
     spark = bench_spark.main()
+    print()
+    widgets = bench_widgets.main()
     elapsed = common.now() - t0
 
     print("\n== summary ==")
@@ -71,7 +74,7 @@ def main() -> dict:
     print("spark     : " + bench_spark.summary(spark))
     print(f"total {elapsed:.0f} s; results in {common.RESULTS.relative_to(common.ROOT)}/")
     return {"append": append, "lookup": lookup, "compaction": compaction, "fetch": fetch,
-            "replication": replication, "spark": spark, "seconds": elapsed}
+            "replication": replication, "spark": spark, "widgets": widgets, "seconds": elapsed}
 
 
 if __name__ == "__main__":

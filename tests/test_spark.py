@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401  (a main dependency)
 
 from helpers import T0  # noqa: E402
 from kstore.broker import Broker  # noqa: E402
@@ -50,7 +50,8 @@ class StderrLog:
 @pytest.fixture(scope="session")
 def spark_and_log(tmp_path_factory):
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17+ (not found on PATH or in JAVA_HOME)")
+        pytest.fail("Spark needs Java 17+ (not found on PATH or in JAVA_HOME): install "
+                    "openjdk-17-jre-headless (.ci/run does it in CI)")
     from kstore.spark import spark_session
     log_path = tmp_path_factory.mktemp("spark") / "spark-stderr.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

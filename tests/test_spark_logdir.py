@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401  (a main dependency)
 
 from helpers import KAFKA_LOGS, T0  # noqa: E402
 from kstore.broker import Broker  # noqa: E402

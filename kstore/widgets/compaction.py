@@ -326,9 +326,11 @@ class CompactionView:
         self.model = log_or_model if isinstance(log_or_model, CompactionModel) \
             else CompactionModel(log_or_model, cleaner)
         m = self.model
-        self.retention_button = W.Button(description="Run retention pass")
+        self.retention_button = W.Button(description="Run retention pass",
+                                         layout=W.Layout(width="auto"))
         self.retention_button.add_class("ks-comp-retention")
-        self.clean_button = W.Button(description="Run cleaner (compact)")
+        self.clean_button = W.Button(description="Run cleaner (compact)",
+                                     layout=W.Layout(width="auto"))
         self.clean_button.add_class("ks-comp-clean")
         self.html = W.HTML()
         self.retention_button.on_click(lambda _: self._act(m.run_retention))

@@ -426,7 +426,7 @@ class HexView:
         self.goto.add_class("ks-hex-goto")
         self.follow = W.Checkbox(value=m.follow, description="follow appends", indent=False,
                                  layout=W.Layout(width="140px"))
-        self.select = W.Dropdown(description="select", options=[("(none)", None)],
+        self.select = W.Dropdown(description="select", options=[("(none)", "")],
                                  layout=W.Layout(width="380px"))
         self.select.add_class("ks-hex-select")
         self.file = W.Dropdown(description="file", options=m.file_choices() or [("file", None)],
@@ -450,7 +450,7 @@ class HexView:
 
     def _on_select(self, change) -> None:
         if not self._updating:
-            self.model.select(change["new"])
+            self.model.select(change["new"] or None)   # "" is the "(none)" choice
 
     def _on_file(self, change) -> None:
         if not self._updating and change["new"] is not None:
@@ -460,14 +460,14 @@ class HexView:
         m = self.model
         self._updating = True
         try:
-            options = [("(none)", None)]
+            options = [("(none)", "")]
             for pos, recs in m.batches_in_window():
                 options.append((f"batch at byte {pos}", ("batch", pos)))
                 options += [(f"   record {i} of batch {pos}", ("record", pos, i)) for i in recs]
             if m.selection and m.selection not in [o[1] for o in options]:
                 options.append((f"{m.selection}", m.selection))
             self.select.options = options
-            self.select.value = m.selection
+            self.select.value = m.selection or ""
             if m.log is not None:
                 choices = m.file_choices()
                 self.file.options = choices

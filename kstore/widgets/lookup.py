@@ -322,7 +322,7 @@ class LookupView:
             else LookupModel(log_or_model, target, by)
         m = self.model
         self.by = W.ToggleButtons(options=["offset", "timestamp"], value=m.by,
-                                  style={"button_width": "90px"})
+                                  style={"button_width": "110px"})
         self.target = W.IntText(value=m.target, description="target", continuous_update=False,
                                 layout=W.Layout(width="240px"))
         self.target.add_class("ks-lookup-target")

@@ -29,13 +29,13 @@ REPLICA_CSS = """
 .ks-rep .ks-brokers{display:flex;gap:22px;align-items:flex-start;}
 .ks-rep .ks-broker{min-width:150px;}
 .ks-rep .ks-broker.ks-offline{opacity:.45;}
-.ks-rep .ks-bhead{font-weight:bold;margin-bottom:4px;}
-.ks-rep .ks-row{display:flex;align-items:center;height:20px;border-top:2px solid transparent;}
+.ks-rep .ks-bhead{font-weight:bold;margin-bottom:4px;min-height:92px;}
+.ks-rep .ks-row{display:flex;align-items:center;height:24px;box-sizing:border-box;border-top:2px solid transparent;}
 .ks-rep .ks-row.ks-hwline{border-top:2px solid #1d3557;}
-.ks-rep .ks-cell{display:inline-block;width:92px;font-family:monospace;font-size:11px;padding:1px 4px;border:1px solid #777;border-radius:2px;opacity:.55;}
+.ks-rep .ks-cell{display:inline-block;box-sizing:border-box;width:96px;height:20px;line-height:17px;font-family:monospace;font-size:11px;padding:0 4px;border:1px solid #777;border-radius:2px;opacity:.55;overflow:hidden;}
 .ks-rep .ks-cell.ks-committed{opacity:1;font-weight:bold;}
 .ks-rep .ks-cell.ks-empty{border-style:dashed;background:#fff;opacity:1;}
-.ks-rep .ks-marker{font-size:10px;font-weight:bold;margin-left:4px;padding:0 3px;border-radius:2px;color:#fff;}
+.ks-rep .ks-marker{font-size:10px;line-height:14px;font-weight:bold;margin-left:4px;padding:0 3px;border-radius:2px;color:#fff;}
 .ks-rep .ks-m-hw{background:#1d3557;}
 .ks-rep .ks-m-leo{background:#c1121f;}
 """
@@ -251,7 +251,7 @@ class ReplicaView:
         self.elect_button = _button(W, "Elect preferred leader", "preferred leader election", "ks-rep-elect")
         self.mode = W.ToggleButtons(options=[("epoch truncation", EPOCH_TRUNCATION),
                                              ("HW truncation", HW_TRUNCATION)],
-                                    value=m.truncation_mode, style={"button_width": "130px"})
+                                    value=m.truncation_mode, style={"button_width": "150px"})
         self.mode.add_class("ks-rep-mode")
         self.fetch_buttons, self.toggle_buttons = {}, {}
         for b in sorted(m.cluster.brokers):

@@ -3,6 +3,7 @@
 #   make lab     set up .venv if needed, then open JupyterLab on the course (notebooks/)
 #   make test    set up .venv if needed, then run the pytest suite (PYTEST_ARGS="..." passes options)
 #   make bench   set up .venv if needed, then run the benchmarks (bench/run_all.py)
+#   make exercises  regenerate exercises/ from solutions/ (kstore exercises)
 #
 # Extra JupyterLab options go in LAB_ARGS, e.g.
 #   make lab LAB_ARGS="--no-browser --port=8899"
@@ -26,7 +27,7 @@ LAB_CMD = $(VENV)/bin/jupyter lab \
 	--LabApp.default_url=/lab/tree/notebooks \
 	$(LAB_ARGS)
 
-.PHONY: lab test bench
+.PHONY: lab test bench exercises
 
 # The virtual environment itself: created once.
 $(VPY):
@@ -48,3 +49,6 @@ bench: $(STAMP)
 		echo "make bench: bench/run_all.py does not exist yet" >&2; exit 1; \
 	fi
 	$(VPY) bench/run_all.py
+
+exercises: $(STAMP)
+	$(VPY) -m kstore exercises

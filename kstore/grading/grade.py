@@ -109,6 +109,14 @@ class Grader:
                 self._inventory[exercise_id] = [t.to_dict() for t in run.tests]
             return self._inventory[exercise_id]
 
+    def exercise_of(self, path: Path, nb: dict) -> str | None:
+        """--exercise, else the notebook's metadata (kstore.exercise), else its file name."""
+        ex_id = self.settings.exercise or notebooks.exercise_id_of(nb)
+        if ex_id not in EXERCISES:
+            by_name = exercise_for_notebook_name(path.name)
+            ex_id = by_name.id if by_name else None
+        return ex_id
+
     # ---- one submission
     def grade_one(self, index: int, path: Path) -> Submission:
         sub = Submission(str(path))
@@ -129,10 +137,7 @@ class Grader:
         except (OSError, ValueError) as e:
             sub.set_status("invalid-notebook", f"cannot read the notebook: {e}")
             return
-        ex_id = s.exercise or notebooks.exercise_id_of(nb)
-        if ex_id not in EXERCISES:
-            by_name = exercise_for_notebook_name(path.name)
-            ex_id = by_name.id if by_name else None
+        ex_id = self.exercise_of(path, nb)
         if ex_id is None:
             sub.set_status("unknown-exercise", "neither the notebook's metadata nor its file name "
                            "says which exercise it is; pass --exercise exNN")
@@ -240,6 +245,13 @@ class Grader:
     # ---- many submissions
     def grade(self, paths: list[Path]) -> list[Submission]:
         jobs = self.settings.jobs or os.cpu_count() or 1
+        for path in paths:   # list the tests here, in this thread: pytest swaps sys.stdout meanwhile
+            try:
+                ex_id = self.exercise_of(path, notebooks.load(path))
+                if ex_id is not None:
+                    self.inventory(ex_id)
+            except (OSError, ValueError, RuntimeError):
+                pass         # reported in the submission's row
         results: list[Submission | None] = [None] * len(paths)
         with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {pool.submit(self.grade_one, i, p): i for i, p in enumerate(paths)}

@@ -4,8 +4,10 @@ lookups, retention passes, cleanings and replication — and one that is wrong f
 Everything here is a context manager that swaps an engine function for the learner's (and puts the
 engine's back on exit, even after an error):
 
-    with live.demo("your varints write a real log"), live.plug(ch01_varints(write_varint, ...)):
-        log.append(...)
+    with live.demo("your encoder writes a real log") as d:
+        with live.plug(live.record_encoding(write_varint, read_varint, write_varlong, encode_record)):
+            log.append(...)                     # the engine now encodes with the learner's code
+        d.expect(condition, "what should be true")
 
 `demo()` prints ✔ lines as the demo goes and, if the engine fails with the learner's code, a ✘ line
 with the error instead of a traceback: the notebook keeps running.
@@ -71,7 +73,7 @@ class Demo:
         if condition:
             self.step(text)
         else:
-            raise DemoFailed(f"{text}: NO" + (f" — {why}" if why else ""))
+            raise DemoFailed(f"{text} — NOT SO" + (f": {why}" if why else ""))
 
 
 @contextlib.contextmanager
@@ -152,9 +154,8 @@ class _LazyKeys:
 def sparse_index(index_entries: Callable | None = None, largest_lower_bound_slot: Callable | None = None,
                  offset_index_lookup: Callable | None = None) -> list[Patch]:
     """Ch. 02: the learner decides where `.index` entries go and serves the index lookups."""
-    from ..index import AbstractIndex, OffsetIndex, OffsetPosition
+    from ..index import AbstractIndex, OffsetIndex, OffsetPosition, TimestampOffset
     from ..segment import LogSegment
-    from ..index import TimestampOffset
     patches = []
     if index_entries is not None:
         def append(self, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp, records):

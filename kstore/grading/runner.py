@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from .exercises import EXERCISES, TASKS, TESTS_DIR
+from .exercises import EXERCISES, TESTS_DIR
 from .feedback import Mismatch
-from .testing import PLUGIN_NAME, TestTimeout
+from .testing import TestTimeout
 
 INI = Path(__file__).with_name("pytest.ini")
 
@@ -223,7 +223,3 @@ def _forget_other_copies(tests_dir: Path) -> None:
 def inventory(exercise_ids: Iterable[str], tests_dir: Path | str | None = None) -> RunResult:
     """The tests of some exercises and their points, without running them."""
     return run_tests({}, exercise_ids, tests_dir=tests_dir, collect_only=True)
-
-
-def task_titles() -> dict[str, str]:
-    return {tid: t.title for tid, t in TASKS.items()}

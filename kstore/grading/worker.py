@@ -106,6 +106,8 @@ def _error_text(e: BaseException | None) -> str:
         return str(e)
     if isinstance(e, SystemExit):
         return f"SystemExit: the cell called sys.exit({e.code!r})"
+    if isinstance(e, MemoryError):
+        return f"MemoryError: over the memory limit{f' ({e})' if str(e) else ''}"
     text = f"{type(e).__name__}: {e}"
     return text if len(text) < 500 else text[:500] + "…"
 

@@ -1,0 +1,155 @@
+"""Exercise 09 — replication: the leader's high watermark over the ISR (§9.3), the follower's HW
+(§9.4), "caught up" and joining the ISR (§9.6). Compared with the rules in kstore.partition."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, strategies as st
+
+from kstore import partition as engine
+from kstore.grading.feedback import expect_equal
+from kstore.grading.testing import PROPERTY, task
+
+
+def engine_leader_hw(leos: dict[int, int], isr: list[int], min_isr: int):
+    leader, *followers = isr
+    return engine.leader_high_watermark(leos[leader], [leos[b] for b in followers], len(isr), min_isr, len(leos))
+
+
+def hw_mistakes(leos, isr, min_isr):
+    under = len(isr) < min(min_isr, len(leos))
+    return [("the HW is the smallest LEO in the ISR only; this is the smallest over all replicas — a "
+             "replica that left the ISR (crashed, or too slow) must not hold the HW back",
+             None if under else min(leos.values())),
+            ("while the ISR is smaller than min.insync.replicas (capped at the replication factor) the "
+             "HW must not move: return None", None if not under else min(leos[b] for b in isr)),
+            ("min.insync.replicas is capped at the replication factor: min(min_isr, number of replicas)",
+             None if len(isr) >= min(min_isr, len(leos)) and len(isr) < min_isr else object()),
+            ("the HW is the *smallest* LEO of the ISR (what every in-sync replica has), not the largest",
+             None if under else max(leos[b] for b in isr))]
+
+
+HW_VECTORS = [
+    ("all-in-sync", {0: 10, 1: 10, 2: 10}, [0, 1, 2], 1),
+    ("slowest-isr-follower", {0: 10, 1: 7, 2: 9}, [0, 1, 2], 2),
+    ("out-of-isr-replica-ignored", {0: 10, 1: 9, 2: 3}, [0, 1], 2),
+    ("leader-alone-min-isr-1", {0: 10, 1: 2, 2: 3}, [0], 1),
+    ("under-min-isr", {0: 10, 1: 2, 2: 3}, [0], 2),
+    ("min-isr-capped-by-replication-factor", {0: 10, 1: 8}, [0, 1], 3),
+    ("follower-not-fetched-yet", {0: 5, 1: -1}, [0, 1], 1),
+]
+
+
+@task("ex09.1", points=6)
+@pytest.mark.parametrize("leos, isr, min_isr", [v[1:] for v in HW_VECTORS], ids=[v[0] for v in HW_VECTORS])
+def test_leader_high_watermark_vectors(learner, leos, isr, min_isr):
+    expect_equal(learner.leader_high_watermark(dict(leos), list(isr), min_isr), engine_leader_hw(leos, isr, min_isr),
+                 call=f"leader_high_watermark(leos={leos}, isr={isr}, min_insync_replicas={min_isr})",
+                 mistakes=hw_mistakes(leos, isr, min_isr))
+
+
+@task("ex09.1", points=4)
+@PROPERTY
+@given(st.lists(st.integers(-1, 1000), min_size=1, max_size=5), st.data(), st.integers(1, 5))
+def test_leader_high_watermark_matches_the_engine(learner, leo_list, data, min_isr):
+    leos = dict(enumerate(leo_list))
+    followers = data.draw(st.lists(st.sampled_from(sorted(leos)), unique=True)) if len(leos) > 1 else []
+    isr = [0] + [b for b in followers if b != 0]
+    expect_equal(learner.leader_high_watermark(dict(leos), list(isr), min_isr), engine_leader_hw(leos, isr, min_isr),
+                 call=f"leader_high_watermark(leos={leos}, isr={isr}, min_insync_replicas={min_isr})",
+                 mistakes=hw_mistakes(leos, isr, min_isr))
+
+
+# ------------------------------------------------------------------ ex09.2 follower HW
+FOLLOWER_VECTORS = [(10, 12), (10, 7), (0, 5), (5, 5)]
+
+
+def follower_mistakes(hw, leo):
+    return [("a follower cannot have committed more than it has: HW = min(leader's HW, own LEO)", hw),
+            ("the follower's HW comes from the leader's HW (in the fetch response), capped by its own LEO",
+             leo)]
+
+
+@task("ex09.2", points=5)
+@pytest.mark.parametrize("leader_hw, follower_leo", FOLLOWER_VECTORS,
+                         ids=[f"leader-hw-{h}-leo-{l}" for h, l in FOLLOWER_VECTORS])
+def test_follower_high_watermark_vectors(learner, leader_hw, follower_leo):
+    expect_equal(learner.follower_high_watermark(leader_hw, follower_leo),
+                 engine.follower_high_watermark(leader_hw, follower_leo),
+                 call=f"follower_high_watermark(leader_hw={leader_hw}, follower_leo={follower_leo})",
+                 mistakes=follower_mistakes(leader_hw, follower_leo))
+
+
+@task("ex09.2", points=5)
+@PROPERTY
+@given(st.integers(0, 10**12), st.integers(0, 10**12))
+def test_follower_high_watermark_matches_the_engine(learner, leader_hw, follower_leo):
+    expect_equal(learner.follower_high_watermark(leader_hw, follower_leo),
+                 engine.follower_high_watermark(leader_hw, follower_leo),
+                 call=f"follower_high_watermark(leader_hw={leader_hw}, follower_leo={follower_leo})",
+                 mistakes=follower_mistakes(leader_hw, follower_leo))
+
+
+# ------------------------------------------------------------------ ex09.3 is_caught_up
+T = 1_700_000_000_000
+CAUGHT_VECTORS = [("at-the-leader-leo-long-ago", 10, 10, T - 10**6, T, 30000),
+                  ("behind-but-recent", 8, 10, T - 29_999, T, 30000),
+                  ("behind-exactly-the-lag", 8, 10, T - 30_000, T, 30000),
+                  ("behind-too-long", 8, 10, T - 30_001, T, 30000),
+                  ("never-caught-up", -1, 10, 0, T, 30000)]
+
+
+def caught_mistakes(leo, leader_leo, last, now, lag):
+    return [("< instead of <=: a follower is caught up while now − last caught-up time ≤ "
+             "replica.lag.time.max.ms", leo == leader_leo or now - last < lag),
+            ("a follower at the leader's LEO is caught up, however long ago it last caught up",
+             now - last <= lag),
+            ("a follower behind the leader is still caught up if it was caught up within "
+             "replica.lag.time.max.ms", leo == leader_leo)]
+
+
+@task("ex09.3", points=5)
+@pytest.mark.parametrize("args", [v[1:] for v in CAUGHT_VECTORS], ids=[v[0] for v in CAUGHT_VECTORS])
+def test_is_caught_up_vectors(learner, args):
+    expect_equal(learner.is_caught_up(*args), engine.is_caught_up(*args),
+                 call="is_caught_up(follower_leo={}, leader_leo={}, last_caught_up_ms={}, now={}, "
+                      "replica_lag_time_max_ms={})".format(*args), mistakes=caught_mistakes(*args))
+
+
+@task("ex09.3", points=5)
+@PROPERTY
+@given(st.integers(-1, 50), st.integers(0, 50), st.integers(0, 100_000), st.integers(0, 100_000),
+       st.integers(1, 60_000))
+def test_is_caught_up_matches_the_engine(learner, leo, leader_leo, last, now, lag):
+    assume(leo <= leader_leo)
+    args = (leo, leader_leo, last, now, lag)
+    expect_equal(learner.is_caught_up(*args), engine.is_caught_up(*args),
+                 call="is_caught_up({}, {}, {}, {}, {})".format(*args), mistakes=caught_mistakes(*args))
+
+
+# ------------------------------------------------------------------ ex09.4 may_join_isr
+JOIN_VECTORS = [("caught-up", 10, 10, 4), ("past-the-hw", 11, 10, 4), ("below-the-hw", 9, 10, 4),
+                ("at-hw-but-before-the-epoch", 10, 10, 12), ("at-the-epoch-start", 12, 10, 12)]
+
+
+def join_mistakes(leo, hw, epoch_start):
+    return [("the follower must also hold data of the current leader epoch: LEO ≥ the epoch's start "
+             "offset (KIP-101: otherwise it may hold a diverging log)", leo >= hw),
+            ("> instead of >=: a follower *at* the HW may join", leo > hw and leo >= epoch_start)]
+
+
+@task("ex09.4", points=5)
+@pytest.mark.parametrize("args", [v[1:] for v in JOIN_VECTORS], ids=[v[0] for v in JOIN_VECTORS])
+def test_may_join_isr_vectors(learner, args):
+    expect_equal(learner.may_join_isr(*args), engine.may_join_isr(*args),
+                 call="may_join_isr(follower_leo={}, leader_hw={}, leader_epoch_start_offset={})".format(*args),
+                 mistakes=join_mistakes(*args))
+
+
+@task("ex09.4", points=5)
+@PROPERTY
+@given(st.integers(0, 100), st.integers(0, 100), st.integers(0, 100))
+def test_may_join_isr_matches_the_engine(learner, leo, hw, epoch_start):
+    args = (leo, hw, epoch_start)
+    expect_equal(learner.may_join_isr(*args), engine.may_join_isr(*args),
+                 call="may_join_isr({}, {}, {})".format(*args), mistakes=join_mistakes(*args))

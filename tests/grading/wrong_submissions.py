@@ -1,0 +1,142 @@
+"""Deliberately wrong submissions: each replaces ONE task's solution cell with a classic mistake.
+
+name → (task id, the cell's new source, text the feedback must contain). Used by
+tests/test_grading.py: each must lose points in that task only, and its feedback must name the
+mistake.
+"""
+
+WRONG = {
+    "varint-without-zigzag": ("ex01.1", '''
+def write_varint(n: int) -> bytes:
+    z = n & 0xFFFFFFFF                      # forgot the zig-zag
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+''', "no zig-zag"),
+    "varlong-with-32-bit-zigzag": ("ex01.3", '''
+def write_varlong(n: int) -> bytes:
+    z = ((n << 1) ^ (n >> 31)) & 0xFFFFFFFFFFFFFFFF     # the int32 rule
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+''', "32-bit zig-zag for a varlong"),
+    "crc-over-the-wrong-range": ("ex01.5", '''
+def encode_batch(records, base_offset=0, partition_leader_epoch=-1):
+    base_ts = records[0][2]
+    body = b"".join(encode_record(i, ts - base_ts, key, value) for i, (key, value, ts) in enumerate(records))
+    batch = bytearray(struct.pack(">qiibIhiqqqhii", base_offset, 61 - 12 + len(body), partition_leader_epoch,
+                                  2, 0, 0, len(records) - 1, base_ts, max(t for _, _, t in records),
+                                  -1, -1, -1, len(records))) + body
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[16:])))   # from the magic byte
+    return bytes(batch)
+''', "the CRC-32C covers bytes 16"),
+    "index-rule-greater-or-equal": ("ex02.1", '''
+def index_entries(appends, index_interval_bytes):
+    entries, since, position = [], 0, 0
+    for last_offset, size in appends:
+        if since >= index_interval_bytes:
+            entries.append((last_offset, position))
+            since = 0
+        since += size
+        position += size
+    return entries
+''', ">= instead of >"),
+    "index-rule-off-by-one-append": ("ex02.1", '''
+def index_entries(appends, index_interval_bytes):
+    entries, since, position = [], 0, 0
+    for last_offset, size in appends:
+        since += size                       # counted before the check
+        if since > index_interval_bytes:
+            entries.append((last_offset, position))
+            since = 0
+        position += size
+    return entries
+''', "off by one append"),
+    "lookup-smallest-slot-at-least-target": ("ex02.2", '''
+def largest_lower_bound_slot(keys, target):
+    import bisect
+    i = bisect.bisect_left(keys, target)
+    return i if i < len(keys) else -1
+''', "smallest slot with key ≥ target"),
+    "roll-greater-or-equal": ("ex03.3", '''
+def should_roll(size, messages_size, segment_bytes, time_waited_ms, segment_ms, index_full,
+                base_offset, max_offset_in_messages):
+    return (size >= segment_bytes - messages_size
+            or (size > 0 and time_waited_ms > segment_ms)
+            or index_full
+            or not 0 <= max_offset_in_messages - base_offset <= 2**31 - 1)
+''', ">= instead of >"),
+    "translate-by-base-offset": ("ex04.2", '''
+def translate_offset(segment, target_offset):
+    position = segment.offset_index.lookup(target_offset)[1]
+    while position + 61 <= segment.size:
+        header = segment.log.read(position, 61)
+        base_offset, length = struct.unpack_from(">qi", header, 0)
+        if base_offset >= target_offset:
+            return position, 12 + length
+        position += 12 + length
+    return None
+''', "first batch whose *base* offset"),
+    "recovery-without-crc-check": ("ex05.1", '''
+def valid_prefix_length(data):
+    p = 0
+    while len(data) - p > 17:
+        (length,) = struct.unpack_from(">i", data, p + 8)
+        size = 12 + length
+        if length < 14 or p + size > len(data) or size < 61 or data[p + 16] != 2:
+            break
+        p += size
+    return p
+''', "the CRC is not checked"),
+    "retention-spares-the-active-segment": ("ex06.1", '''
+def deletable_segments(segments, predicate, high_watermark, log_end_offset):
+    out = []
+    for i, segment in enumerate(segments[:-1]):        # never the active segment
+        following = segments[i + 1]
+        if high_watermark >= following.base_offset and predicate(segment, following):
+            out.append(segment)
+        else:
+            break
+    return out
+''', "non-empty active segment can be deleted"),
+    "compaction-drops-tombstones": ("ex07.1", '''
+def should_retain_record(record, batch_delete_horizon, latest_offset_for_key, map_latest_offset, now):
+    if record.offset > map_latest_offset:
+        return True
+    if record.key is None or record.offset < latest_offset_for_key:
+        return False
+    return record.value is not None                   # tombstones go at once
+''', "a tombstone is kept until"),
+    "hashcode-over-utf8": ("ex08.1", '''
+def java_string_hashcode(s):
+    h = 0
+    for b in s.encode("utf-8"):
+        h = (31 * h + b) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+''', "UTF-16 code units"),
+    "partition-with-python-abs": ("ex08.2", '''
+def partition_for(group_id, num_partitions=50):
+    return abs(java_string_hashcode(group_id)) % num_partitions
+''', "Utils.abs maps Integer.MIN_VALUE to 0"),
+    "hw-from-all-replicas": ("ex09.1", '''
+def leader_high_watermark(leos, isr, min_insync_replicas):
+    if len(isr) < min(min_insync_replicas, len(leos)):
+        return None
+    return min(leos.values())                          # every replica, not the ISR
+''', "smallest LEO in the ISR only"),
+    "truncate-to-high-watermark": ("ex10.2", '''
+def truncation_offset(leader_epoch, leader_end_offset, own_end_offset_for_epoch, log_end_offset,
+                      high_watermark):
+    return high_watermark, True                        # the pre-KIP-101 rule
+''', "truncates to the high watermark"),
+    "one-sendfile-call": ("ex11.2", '''
+def send_range(sock, file_fd, position, count):
+    return os.sendfile(sock.fileno(), file_fd, position, count)
+''', "loop until all"),
+}

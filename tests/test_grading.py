@@ -1,0 +1,493 @@
+"""The graded exercises, their solutions and the autograder (issue 9).
+
+* structure: every exercise has a solution notebook with one tagged solution cell and a check cell
+  per task, tests with points for every task, and `exercises/` is exactly what `solutions/`
+  generates;
+* the grader (`kstore grade`, one process per submission): every solution scores full marks, every
+  exercise as shipped scores zero on every task, each deliberately wrong submission
+  (tests/grading/wrong_submissions.py) loses points in the task it breaks and nowhere else and its
+  feedback names the mistake, and hostile submissions (endless loops, sys.exit, os._exit, huge
+  output, deleted files, memory hogs, broken files) each get a clear row within the time limit;
+* `check()` in a notebook, and the solution notebooks run top to bottom on a fresh kernel with
+  their live-engine demos succeeding.
+Timings are printed (measured, not asserted, except the per-notebook limit of the course).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kstore.grading import notebooks
+from kstore.grading.exercises import EXERCISES, TASKS, parse_target
+from kstore.grading.feedback import hex_diff
+from kstore.grading.generate import BEGIN, END, expected_exercises, out_of_date, strip_solutions
+from kstore.grading.grade import Grader, Settings, find_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent / "grading"))
+from wrong_submissions import WRONG  # noqa: E402
+
+EX_IDS = sorted(EXERCISES)
+
+
+_TIMINGS: list[str] = []
+
+
+def say(msg: str, capsys=None) -> None:
+    """Print a measurement past pytest's capture (or keep it for the next test that can)."""
+    _TIMINGS.append(msg)
+    if capsys is not None:
+        with capsys.disabled():
+            for line in _TIMINGS:
+                sys.stdout.write(f"\n[grading] {line}")
+            sys.stdout.write("\n")
+        _TIMINGS.clear()
+
+
+# ------------------------------------------------------------------------------------ structure
+@pytest.mark.parametrize("ex_id", EX_IDS)
+def test_solution_notebook_has_a_tagged_cell_and_a_check_per_task(ex_id):
+    ex = EXERCISES[ex_id]
+    nb = notebooks.load(ex.solution_path)
+    assert notebooks.exercise_id_of(nb) == ex_id
+    cells = notebooks.code_cells(nb)
+    assert any("setup" in c.tags for c in cells)
+    assert any("demo" in c.tags for c in cells), f"{ex.notebook} has no live-engine demo cell"
+    checks = [c.source.strip() for c in cells if "check" in c.tags]
+    ns = notebooks.exec_definitions(ex.solution_path)
+    for task in ex.tasks:
+        sol = [c for c in cells if "solution" in c.tags and c.task == task.id]
+        assert len(sol) == 1, f"{task.id}: expected one solution cell, found {len(sol)}"
+        assert sol[0].source.count(BEGIN) == sol[0].source.count(END) >= len(task.functions)
+        for fn in task.functions:
+            assert f"def {fn}(" in sol[0].source and callable(ns.get(fn)), f"{task.id} must define {fn}"
+        assert f'check("{task.id}")' in checks, f"no check cell for {task.id}"
+        md = "\n".join(notebooks.source_of(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+        assert f"## {task.id}" in md, f"{task.id} has no heading"
+    assert f'check("{ex_id}")' in checks
+    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def test_every_task_has_tests_with_points_and_extra_tests_are_marked(capsys):
+    from kstore.grading.runner import inventory
+    run = inventory(EX_IDS)
+    assert not run.errors, run.errors
+    by_task = {}
+    for t in run.tests:
+        by_task.setdefault(t.task, []).append(t)
+    assert set(by_task) == set(TASKS), f"tasks without tests: {set(TASKS) - set(by_task)}"
+    for tid, tests in by_task.items():
+        regular = [t for t in tests if not t.extra]
+        assert sum(t.points for t in regular) > 8.99, f"{tid}: too few points in its named tests"
+        assert any(re.search(r"match|round_trips|sends_exactly", t.name) for t in regular), \
+            f"{tid} has no property test against the engine"
+        assert all(re.fullmatch(r"test_\w+(\[[^\]]+\])?", t.name) for t in tests)
+    extras = [t for t in run.tests if t.extra]
+    assert extras and all(t.name.startswith("test_extra_") for t in extras)
+    say(f"{len(run.tests)} exercise tests over {len(TASKS)} tasks, {len(extras)} extra; "
+        f"{run.max_score:g} points in all", capsys)
+
+
+def test_exercises_are_generated_from_the_solutions():
+    problems = out_of_date()
+    assert not problems, "exercises/ is out of date (run `kstore exercises`):\n" + "\n".join(problems)
+    for ex in EXERCISES.values():
+        text = ex.exercise_path.read_text(encoding="utf-8")
+        assert BEGIN not in text and "raise NotImplementedError" in text
+    assert not (ROOT / "exercises" / ".gitkeep").exists() and not (ROOT / "solutions" / ".gitkeep").exists()
+
+
+def test_an_exercise_out_of_date_with_its_solution_is_detected(tmp_path):
+    solutions, exercises = tmp_path / "solutions", tmp_path / "exercises"
+    solutions.mkdir()
+    exercises.mkdir()
+    for ex in EXERCISES.values():
+        (solutions / ex.notebook).write_bytes(ex.solution_path.read_bytes())
+        (exercises / ex.notebook).write_bytes(ex.exercise_path.read_bytes())
+    assert out_of_date(solutions, exercises) == []
+    nb = json.loads((solutions / "03-segments-and-rolling.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "ex03.1" in c.get("metadata", {}).get("tags", []))
+    cell["source"] = "".join(cell["source"]).replace("-> str:", "-> str:  # the signature changed", 1)
+    (solutions / "03-segments-and-rolling.ipynb").write_text(json.dumps(nb))
+    (exercises / "99-stray.ipynb").write_text("{}")
+    problems = out_of_date(solutions, exercises)
+    assert any("03-segments-and-rolling" in p for p in problems) and any("99-stray" in p for p in problems)
+
+
+def test_kstore_exercises_check_command():
+    out = subprocess.run([sys.executable, "-m", "kstore", "exercises", "--check"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "up to date (11 notebooks)" in out.stdout
+
+
+def test_solution_blocks_become_stubs_at_their_indentation():
+    src = "def f(x):\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n\n\ndef g():\n" \
+          "    if True:\n        ### BEGIN SOLUTION\n        pass\n        ### END SOLUTION\n    return 2\n"
+    out = strip_solutions(src, "ex09.9")
+    assert out == ('def f(x):\n    raise NotImplementedError("ex09.9: replace this line with your code")\n\n\n'
+                   'def g():\n    if True:\n        raise NotImplementedError("ex09.9: replace this line with '
+                   'your code")\n    return 2\n')
+    with pytest.raises(ValueError):
+        strip_solutions("### BEGIN SOLUTION\nx = 1\n")
+    assert set(expected_exercises()) == {e.notebook for e in EXERCISES.values()}
+
+
+def test_hex_diff_puts_a_caret_under_the_first_wrong_byte_and_names_the_field():
+    from kstore.records import HEADER_FIELDS
+    expected = bytes.fromhex("00000000000000000000003a0000000002e99b8dd8") + bytes(49)
+    actual = bytearray(expected)
+    actual[18] = 0xAA
+    text = hex_diff(expected, bytes(actual), [(n, o, s) for n, o, s, _ in HEADER_FIELDS])
+    lines = text.splitlines()
+    assert "first difference at byte 18 (crc, bytes 17–20)" in lines[0]
+    exp_line = next(line for line in lines if "expected:" in line)
+    caret = lines[lines.index(exp_line) + 2]
+    assert caret.index("^^") == exp_line.index("e9 9b") + 3          # under byte 0x12 = 18
+    assert "ends at byte 3" in hex_diff(b"\x01\x02\x03\x04", b"\x01\x02\x03")
+
+
+def test_targets_parse():
+    assert parse_target("ex04")[1] is None and parse_target("ex04.2")[1].id == "ex04.2"
+    assert parse_target("4.2")[1].id == "ex04.2"
+    with pytest.raises(KeyError):
+        parse_target("ex04.9")
+
+
+# ------------------------------------------------------------------------------------ check()
+def _namespace(ex_id: str, replace: str | None = None) -> dict:
+    ns = dict(notebooks.exec_definitions(EXERCISES[ex_id].solution_path))
+    if replace:
+        exec(replace, ns)
+    return ns
+
+
+def test_check_in_a_notebook_grades_the_namespace_and_reruns_earlier_tasks(capsys):
+    from kstore.grading import check
+    result = check("ex02.2", _namespace("ex02"))
+    out = capsys.readouterr().out
+    assert result.passed and result.score == result.max_score > 0
+    assert "ex02.1" in out and "(re-run)" in out and "ex02.3" not in out
+    tid, src, needle = WRONG["index-rule-greater-or-equal"]
+    result = check("ex02", _namespace("ex02", src))
+    out = capsys.readouterr().out
+    assert not result.task_passed("ex02.1") and result.task_passed("ex02.2") and result.task_passed("ex02.3")
+    assert needle in out and "✘ ex02.1" in out and "✔ ex02.2" in out
+
+
+def test_check_shows_a_hex_diff_for_bytes_and_input_expected_actual_for_numbers(capsys):
+    from kstore.grading import check
+    tid, src, _ = WRONG["crc-over-the-wrong-range"]
+    check("ex01.5", _namespace("ex01", src))
+    out = capsys.readouterr().out
+    assert "first difference at byte 17 (crc, bytes 17–20)" in out and "^^" in out
+    tid, src, _ = WRONG["hw-from-all-replicas"]
+    check("ex09.1", _namespace("ex09", src))
+    out = capsys.readouterr().out
+    assert "input" not in out or "expected:" in out
+    assert re.search(r"leader_high_watermark\(leos=\{.*\}, isr=\[.*\], min_insync_replicas=\d\)", out)
+    assert "expected: " in out and "actual:   " in out
+
+
+def test_check_in_an_unfinished_notebook_reports_not_implemented(capsys):
+    from kstore.grading import check
+    ns = {}
+    exec("def java_string_hashcode(s):\n    raise NotImplementedError('ex08.1: replace this line')\n", ns)
+    result = check("ex08.1", ns)
+    out = capsys.readouterr().out
+    assert result.score == 0 and "not implemented yet" in out
+    result = check("ex08.2", {})
+    assert result.score == 0 and "partition_for is not defined" in capsys.readouterr().out
+
+
+def test_check_does_nothing_while_the_grader_runs_a_notebook(monkeypatch, capsys):
+    from kstore.grading import check
+    monkeypatch.setenv("KSTORE_GRADING", "1")
+    assert check("ex01") is None and capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------------------------------ the grader
+def _variant(ex_id: str, path: Path, *, replace_task: str | None = None, new_source: str | None = None,
+             insert_after_setup: str | None = None) -> Path:
+    nb = notebooks.load(EXERCISES[ex_id].solution_path)
+    nb = copy.deepcopy(nb)
+    if replace_task:
+        cell = next(c for c in nb["cells"] if replace_task in c.get("metadata", {}).get("tags", []))
+        cell["source"] = new_source
+    if insert_after_setup is not None:
+        i = next(i for i, c in enumerate(nb["cells"]) if "setup" in c.get("metadata", {}).get("tags", []))
+        nb["cells"].insert(i + 1, {"cell_type": "code", "execution_count": None, "id": "hostile",
+                                   "metadata": {}, "outputs": [], "source": insert_after_setup})
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Solutions, exercises as shipped and the wrong submissions, graded in one run."""
+    d = tmp_path_factory.mktemp("submissions")
+    wrong = {}
+    for name, (tid, src, _) in WRONG.items():
+        ex_id = TASKS[tid].exercise_id
+        wrong[name] = _variant(ex_id, d / f"{EXERCISES[ex_id].notebook[:2]}-{name}.ipynb",
+                               replace_task=tid, new_source=src)
+    paths = [e.solution_path for e in EXERCISES.values()] + [e.exercise_path for e in EXERCISES.values()] + \
+        list(wrong.values())
+    start = time.perf_counter()
+    grader = Grader(Settings(timeout=180, test_timeout=15, cell_timeout=30, jobs=2))
+    try:
+        subs = grader.grade(paths)
+    finally:
+        grader.close()
+    say(f"graded {len(paths)} submissions (11 solutions, 11 exercises, {len(wrong)} wrong) in "
+        f"{time.perf_counter() - start:.1f} s on {os.cpu_count()} CPUs")
+    return {Path(s.path): s for s in subs}, wrong
+
+
+@pytest.mark.parametrize("ex_id", EX_IDS)
+def test_every_solution_scores_full_marks(graded, ex_id, capsys):
+    sub = graded[0][EXERCISES[ex_id].solution_path]
+    say(f"{EXERCISES[ex_id].notebook}: {sub.score:g}/{sub.max_score:g} in {sub.seconds:.1f} s", capsys)
+    failing = [f"{t['name']}: {t['message'][:300]}" for t in sub.tests if t["outcome"] != "passed"]
+    assert sub.status == "ok" and not failing, f"{sub.status} {sub.notes}\n" + "\n".join(failing)
+    assert sub.score == sub.max_score > 0
+    assert all(v["score"] == v["max"] for v in sub.tasks.values())
+    assert not any(c["status"] != "ok" for c in sub.cells)
+
+
+@pytest.mark.parametrize("ex_id", EX_IDS)
+def test_every_exercise_as_shipped_scores_zero_and_grades_cleanly(graded, ex_id):
+    sub = graded[0][EXERCISES[ex_id].exercise_path]
+    assert sub.status == "ok", sub.notes
+    assert set(sub.tasks) == {t.id for t in EXERCISES[ex_id].tasks}
+    assert all(v["score"] == 0 and v["max"] > 0 for v in sub.tasks.values()), sub.tasks
+    assert all(t["outcome"] == "failed" and "not implemented yet" in t["message"] for t in sub.tests
+               if t["outcome"] != "passed")
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_submission_loses_points_only_in_the_task_it_breaks(graded, name, capsys):
+    subs, wrong = graded
+    sub = subs[wrong[name]]
+    tid, _, needle = WRONG[name]
+    assert sub.status == "ok", sub.notes
+    broken = sub.tasks[tid]
+    assert broken["score"] < broken["max"], f"{name} did not lose points in {tid}"
+    for other, v in sub.tasks.items():
+        if other != tid:
+            assert v["score"] == v["max"], f"{name} lost points in {other}, not only in {tid}"
+    assert sub.score == pytest.approx(sub.max_score - (broken["max"] - broken["score"]))
+    feedback = "\n".join(t["message"] for t in sub.tests if t["task"] == tid and t["outcome"] != "passed")
+    assert needle in feedback, f"the feedback of {name} does not name the problem:\n{feedback[:2000]}"
+    say(f"{name}: {tid} {broken['score']:g}/{broken['max']:g} — “{needle}”", capsys)
+
+
+HOSTILE = {
+    # name: (cell inserted after the setup cell, or a task replaced, expected status, note text, scored?)
+    "loops-forever-at-import": ("while True:\n    pass\n", None, "cell-timeout", "ran longer than", "full"),
+    "loops-forever-in-a-function": (None, ("ex10.2", "def truncation_offset(*args):\n    while True:\n"
+                                                     "        pass\n"), "test-timeout", "timed out", "ex10.2"),
+    "calls-sys-exit-at-import": ("import sys\nsys.exit(3)\n", None, "exit", "sys.exit(3)", "full"),
+    "raises-at-import": ("import kstore_no_such_module\n", None, "cell-error", "ModuleNotFoundError", "full"),
+    "prints-megabytes": ("for i in range(1000):\n    print('spam ' * 1000)\n", None, "output-limit",
+                         "printed", "full"),
+    "deletes-its-files": ("import os, shutil, tempfile\nshutil.rmtree(tempfile.gettempdir(), ignore_errors=True)\n"
+                          "shutil.rmtree(os.getcwd(), ignore_errors=True)\n", None, "ok", "", "full"),
+    "allocates-8-gib": ("hog = bytearray(8 * 1024 ** 3)\n", None, "cell-error", "MemoryError", "full"),
+    "calls-os-exit": ("import os\nos._exit(7)\n", None, "crashed", "exit code 7", "zero"),
+    "kills-itself": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", None, "crashed", "SIGKILL",
+                     "zero"),
+    "blocks-the-alarm-and-loops": ("import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+                                   "while True:\n    pass\n", None, "timeout", "killed after", "zero"),
+}
+HOSTILE_TIMEOUT = 25
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    paths = {}
+    for name, (cell, replace, *_rest) in HOSTILE.items():
+        kwargs = {"insert_after_setup": cell} if cell else {"replace_task": replace[0], "new_source": replace[1]}
+        paths[name] = _variant("ex10", d / f"10-{name}.ipynb", **kwargs)
+    (d / "10-not-json.ipynb").write_text("this is not a notebook")
+    paths["not-json"] = d / "10-not-json.ipynb"
+    paths["missing"] = d / "10-missing.ipynb"
+    nb = notebooks.load(EXERCISES["ex10"].solution_path)
+    nb["metadata"].pop("kstore")
+    (d / "notes.ipynb").write_text(json.dumps(nb))
+    paths["no-exercise"] = d / "notes.ipynb"
+    start = time.perf_counter()
+    grader = Grader(Settings(timeout=HOSTILE_TIMEOUT, test_timeout=3, cell_timeout=4, memory_mb=1536, jobs=2))
+    try:
+        subs = grader.grade(list(paths.values()))
+    finally:
+        grader.close()
+    elapsed = time.perf_counter() - start
+    say(f"graded {len(paths)} hostile submissions in {elapsed:.1f} s (wall-clock limit "
+        f"{HOSTILE_TIMEOUT} s each)")
+    by_path = {Path(s.path): s for s in subs}
+    return {name: by_path[p] for name, p in paths.items()}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_submission_gets_a_clear_row_within_the_time_limit(hostile, name, capsys):
+    sub = hostile[name]
+    _cell, _replace, status, note, scored = HOSTILE[name]
+    say(f"{name}: {sub.status}, {sub.score:g}/{sub.max_score:g}, {sub.seconds:.1f} s — "
+        f"{' | '.join(sub.notes)[:150]}", capsys)
+    assert sub.status == status, sub.notes
+    assert note in " | ".join(sub.notes)
+    assert sub.seconds < HOSTILE_TIMEOUT + 15
+    assert sub.max_score > 0 and set(sub.tasks) == {"ex10.1", "ex10.2"}
+    if scored == "full":
+        assert sub.score == sub.max_score
+    elif scored == "zero":
+        assert sub.score == 0
+    else:
+        assert sub.tasks[scored]["score"] == 0
+        assert sub.score == pytest.approx(sub.max_score - sub.tasks[scored]["max"])
+
+
+@pytest.mark.parametrize("name, status", [("not-json", "invalid-notebook"), ("missing", "missing"),
+                                          ("no-exercise", "unknown-exercise")])
+def test_a_broken_or_missing_file_gets_a_clear_row(hostile, name, status):
+    sub = hostile[name]
+    assert sub.status == status and sub.notes and sub.score == 0
+
+
+def test_grading_a_folder_of_20_submissions(tmp_path, capsys):
+    """20 notebooks of one exercise (solutions, the exercise as shipped, wrong ones, edited copies)
+    graded by the CLI; the time is printed, the CSV has one row per submission and one column per
+    task, the JSON every test's points."""
+    folder = tmp_path / "class-of-20"
+    folder.mkdir()
+    tid, src, _ = WRONG["hw-from-all-replicas"]
+    kinds = [("solution", {}), ("exercise", None), ("wrong", {"replace_task": tid, "new_source": src}),
+             ("half", {"replace_task": "ex09.3", "new_source": "def is_caught_up(*a):\n    return True\n"})]
+    for i in range(20):
+        kind, kwargs = kinds[i % 4]
+        path = folder / f"student-{i:02d}" / f"09-replication-hw-{kind}.ipynb"
+        path.parent.mkdir()
+        if kwargs is None:
+            path.write_bytes(EXERCISES["ex09"].exercise_path.read_bytes())
+        else:
+            _variant("ex09", path, **kwargs)
+    out_csv, out_json = tmp_path / "grades.csv", tmp_path / "grades.json"
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "kstore", "grade", str(folder), "--out", str(out_csv),
+                          "--json", str(out_json), "--jobs", "2", "--quiet"],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    elapsed = time.perf_counter() - start
+    say(f"kstore grade: a folder of 20 submissions in {elapsed:.1f} s ({elapsed / 20:.2f} s each, "
+        f"2 in parallel)", capsys)
+    assert run.returncode == 0, run.stderr
+    assert "graded 20 submission(s)" in run.stdout
+    with open(out_csv, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 20
+    tasks = [t.id for t in EXERCISES["ex09"].tasks]
+    assert list(rows[0].keys()) == ["submission", "exercise", "status", "score", "max_score", *tasks,
+                                    "seconds", "notes"]
+    scores = {Path(r["submission"]).name.split("-hw-")[1].removesuffix(".ipynb"): r for r in rows}
+    assert scores["solution"]["score"] == scores["solution"]["max_score"] == "40"
+    assert scores["exercise"]["score"] == "0"
+    assert float(scores["wrong"]["ex09.1"]) < 10 and scores["wrong"]["ex09.2"] == "10"
+    assert float(scores["half"]["ex09.3"]) < 10 and scores["half"]["ex09.1"] == "10"
+    doc = json.loads(out_json.read_text())
+    assert len(doc["submissions"]) == 20
+    first = doc["submissions"][0]
+    assert {"nodeid", "task", "extra", "points", "earned", "outcome", "message"} <= set(first["tests"][0])
+    assert len(find_notebooks([str(folder)])) == 20
+
+
+# ------------------------------------------------------------------------------------ the notebooks
+def _execute(path: Path, workdir: Path) -> dict:
+    """Run a notebook on a fresh kernel (its own TMPDIR); what it printed, per kind of cell."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    env_tmp = workdir / "tmp"
+    env_tmp.mkdir(parents=True)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(workdir)}})
+    start = time.perf_counter()
+    client.execute(env=dict(os.environ, TMPDIR=str(env_tmp)))    # the kernel's environment
+    elapsed = time.perf_counter() - start
+    out = {"seconds": elapsed, "errors": [], "demo": "", "check": "",
+           "leftovers": [p.name for p in env_tmp.iterdir() if p.name.startswith("kstore-")]}
+    for c in nb.cells:
+        tags = c.get("metadata", {}).get("tags", [])
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "error":
+                out["errors"].append(f"{o['ename']}: {o['evalue']}")
+            for kind in ("demo", "check"):
+                if kind in tags:
+                    out[kind] += o.get("text", "")
+    return out
+
+
+def _run_all(jobs: dict[str, tuple[Path, Path]]) -> dict[str, dict]:
+    with cf.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_execute, path, workdir) for name, (path, workdir) in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every solution notebook run top to bottom on a fresh kernel, two at a time."""
+    base = tmp_path_factory.mktemp("run")
+    start = time.perf_counter()
+    results = _run_all({ex_id: (EXERCISES[ex_id].solution_path, base / ex_id) for ex_id in EX_IDS})
+    say(f"ran the 11 solution notebooks in {time.perf_counter() - start:.1f} s: " +
+        ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in results.items()))
+    return results
+
+
+@pytest.mark.parametrize("ex_id", EX_IDS)
+def test_solution_notebook_runs_and_its_demos_succeed_with_the_live_engine(executed, ex_id, capsys):
+    run = executed[ex_id]
+    say(f"solutions/{EXERCISES[ex_id].notebook}: {run['seconds']:.1f} s on a fresh kernel", capsys)
+    assert not run["errors"], run["errors"]
+    text = run["demo"]
+    assert "✘" not in text, text[max(0, text.index("✘") - 500):text.index("✘") + 500]
+    assert text.count("done ✔") >= 1 and text.count("▶") == text.count("done ✔")
+    total = re.findall(r"total (\S+) / (\S+) points", run["check"])
+    assert total and all(a == b for a, b in total), total
+    assert not run["leftovers"], f"temporary directories left behind: {run['leftovers']}"
+    assert run["seconds"] < 30, f"{ex_id} took {run['seconds']:.1f} s on a fresh kernel (limit 30 s)"
+
+
+@pytest.fixture(scope="module")
+def executed_wrong(tmp_path_factory):
+    """The wrong submissions, run as a learner runs them: top to bottom, demos included."""
+    base = tmp_path_factory.mktemp("run-wrong")
+    jobs = {}
+    for name, (tid, src, _) in WRONG.items():
+        ex_id = TASKS[tid].exercise_id
+        jobs[name] = (_variant(ex_id, base / f"{name}.ipynb", replace_task=tid, new_source=src), base / name)
+    start = time.perf_counter()
+    results = _run_all(jobs)
+    say(f"ran the {len(jobs)} wrong notebooks in {time.perf_counter() - start:.1f} s")
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_function_fails_visibly_in_the_live_engine(executed_wrong, name, capsys):
+    run = executed_wrong[name]
+    failures = [line.strip() for line in run["demo"].splitlines() if "✘" in line]
+    say(f"{name}: {failures[0][:140] if failures else 'no visible failure'}", capsys)
+    assert not run["errors"], run["errors"]
+    assert failures, f"the demos of {name} all succeeded:\n{run['demo']}"
+    assert not run["leftovers"]

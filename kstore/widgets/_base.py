@@ -252,3 +252,42 @@ def figure_png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     return buf.getvalue()
+
+
+class WidgetView:
+    """A view shown in a notebook: displays its `widget`."""
+
+    widget = None
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+
+class HtmlView(WidgetView):
+    """A view that is one HTML block, redrawn (throttled) whenever its model changes."""
+
+    model_class: type = LiveModel
+    css_class = ""
+
+    def __init__(self, source_or_model, min_interval: float = 0.1):
+        import ipywidgets as W
+
+        self.model = source_or_model if isinstance(source_or_model, self.model_class) \
+            else self.model_class(source_or_model)
+        self.html = W.HTML()
+        self.widget = W.VBox([self.html])
+        self.widget.add_class(self.css_class)
+        self.redrawer = Redrawer(self._draw, min_interval)
+        self.model.on_change(lambda *_: self.redrawer.request())
+        self._draw()
+
+    def _draw(self) -> None:
+        self.html.value = self.model.render_html()
+
+
+def button(W, label: str, tooltip: str, cls: str):
+    """An ipywidgets button sized to its label, with a CSS class the browser test can find."""
+    b = W.Button(description=label, tooltip=tooltip, layout=W.Layout(width="auto"))
+    b.add_class(cls)
+    return b

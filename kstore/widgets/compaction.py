@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..events import Event
 from ..log import Log
-from ._base import LiveModel, Redrawer, attrs, esc, fmt_bytes, fmt_ts, short_text, style, table
+from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, fmt_bytes, fmt_ts, short_text, style, table)
 
 DESTRUCTIVE = ("delete", "clean", "truncate", "log_start_offset", "retention")
 
@@ -317,7 +317,7 @@ class CompactionModel(LiveModel):
                 f"{table(['key', 'offsets before', 'kept'], key_rows)}</div></div></div>")
 
 
-class CompactionView:
+class CompactionView(WidgetView):
     """The before/after view as a widget, with buttons for a retention pass and a cleaning."""
 
     def __init__(self, log_or_model, cleaner=None, min_interval: float = 0.1):
@@ -350,7 +350,3 @@ class CompactionView:
 
     def _draw(self) -> None:
         self.html.value = self.model.render_html()
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)

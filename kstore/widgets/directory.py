@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..events import Event
 from ..log import Log
 from . import fields as F
-from ._base import LiveModel, Redrawer, attrs, esc, fmt_bytes, fmt_ts, style, table
+from ._base import (HtmlView, LiveModel, attrs, esc, fmt_bytes, fmt_ts, style, table)
 
 DIR_CSS = """
 .ks-dir .ks-st-deleted td{color:#a00;text-decoration:line-through;}
@@ -169,24 +169,8 @@ class DirectoryModel(LiveModel):
                 f"<h4>checkpoint files</h4>{cps or '<i>none yet</i>'}</div>")
 
 
-class DirectoryView:
+class DirectoryView(HtmlView):
     """The directory view as a widget: one HTML block, redrawn on the partition's events."""
 
-    def __init__(self, log_or_model, min_interval: float = 0.1):
-        import ipywidgets as W
-
-        self.model = log_or_model if isinstance(log_or_model, DirectoryModel) \
-            else DirectoryModel(log_or_model)
-        self.html = W.HTML()
-        self.widget = W.VBox([self.html])
-        self.widget.add_class("kstore-directory")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        self.model.on_change(lambda *_: self.redrawer.request())
-        self._draw()
-
-    def _draw(self) -> None:
-        self.html.value = self.model.render_html()
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
+    model_class = DirectoryModel
+    css_class = "kstore-directory"

@@ -22,7 +22,7 @@ from ..events import Event
 from ..log import Log
 from ..segment import LogSegment
 from . import fields as F
-from ._base import LiveModel, Redrawer, attrs, esc, fmt_bytes, style
+from ._base import (LiveModel, Redrawer, WidgetView, attrs, button, esc, fmt_bytes, style)
 
 BYTES_PER_ROW = 16
 WHICH = ("log", "index", "timeindex")
@@ -405,7 +405,7 @@ Field = F.Field
 # The widget
 # ------------------------------------------------------------------------------------------------
 
-class HexView:
+class HexView(WidgetView):
     """The hex view as ipywidgets: page buttons, go-to-byte, batch/record selector, file chooser."""
 
     def __init__(self, target, which: str = "log", *, rows: int = 32, min_interval: float = 0.1,
@@ -416,7 +416,7 @@ class HexView:
                                                                           **kwargs)
         m = self.model
         self.html = W.HTML()
-        btn = lambda label, tip, cls: _button(W, label, tip, cls)   # noqa: E731
+        btn = lambda label, tip, cls: button(W, label, tip, cls)   # noqa: E731
         self.first = btn("« first", "first page", "ks-hex-first")
         self.prev = btn("◀ prev", "previous page", "ks-hex-prev")
         self.next = btn("next ▶", "next page", "ks-hex-next")
@@ -478,12 +478,3 @@ class HexView:
             self._updating = False
         self.html.value = m.render_html()
 
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
-
-
-def _button(W, label: str, tooltip: str, cls: str):
-    b = W.Button(description=label, tooltip=tooltip, layout=W.Layout(width="auto"))
-    b.add_class(cls)
-    return b

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..events import Event
 from ..log import Log
 from ..segment import LogSegment
-from ._base import LiveModel, Redrawer, attrs, esc, figure_png, fmt_bytes, style, table
+from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, figure_png, fmt_bytes, style, table)
 
 INDEX_CSS = """
 .ks-idx .ks-side{display:flex;gap:16px;align-items:flex-start;}
@@ -182,7 +182,7 @@ def _boxes(ax, spans, x: float, width: float, colour: str) -> None:
             facecolors=colour, edgecolors="#555", linewidths=0.3))
 
 
-class IndexView:
+class IndexView(WidgetView):
     """The index view as a widget: segment chooser, the drawing (PNG) and the tables."""
 
     def __init__(self, log_or_model, segment: int | None = None, min_interval: float = 0.2):
@@ -217,7 +217,3 @@ class IndexView:
             self._updating = False
         self.image.value = m.png()
         self.html.value = m.render_html()
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..events import Event
 from ..log import Log
-from ._base import LiveModel, Redrawer, attrs, esc, style
+from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, style)
 
 LOOKUP_CSS = """
 .ks-lookup ol{margin:4px 0 4px 18px;padding:0;}
@@ -312,7 +312,7 @@ class LookupModel(LiveModel):
                 f"{self.shown} of {len(t.steps)}</h4><ol>{''.join(items)}</ol>{strip}{check}</div>")
 
 
-class LookupView:
+class LookupView(WidgetView):
     """The lookup trace as a widget: offset/timestamp, target (Enter), Step, Run all, Reset."""
 
     def __init__(self, log_or_model, target: int = 0, by: str = "offset", min_interval: float = 0.05):
@@ -347,7 +347,3 @@ class LookupView:
     def _draw(self) -> None:
         self.html.value = self.model.render_html()
         self.step_button.disabled = self.model.done
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)

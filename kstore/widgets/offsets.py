@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..coordinator_records import (GroupMetadataKey, OffsetCommitKey, decode_key,
                                    decode_offset_commit_value, partition_for)
 from ..events import Event
-from ._base import LiveModel, Redrawer, attrs, fmt_bytes, fmt_ts, style, table
+from ._base import (HtmlView, LiveModel, attrs, fmt_bytes, fmt_ts, style, table)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -165,24 +165,8 @@ class OffsetsModel(LiveModel):
                 f"<h4>where each group's commits live</h4>{coords}</div>")
 
 
-class OffsetsView:
+class OffsetsView(HtmlView):
     """The offsets view as a widget (one HTML block, redrawn on the broker's events)."""
 
-    def __init__(self, broker_or_model, min_interval: float = 0.1):
-        import ipywidgets as W
-
-        self.model = broker_or_model if isinstance(broker_or_model, OffsetsModel) \
-            else OffsetsModel(broker_or_model)
-        self.html = W.HTML()
-        self.widget = W.VBox([self.html])
-        self.widget.add_class("kstore-offsets")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        self.model.on_change(lambda *_: self.redrawer.request())
-        self._draw()
-
-    def _draw(self) -> None:
-        self.html.value = self.model.render_html()
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
+    model_class = OffsetsModel
+    css_class = "kstore-offsets"

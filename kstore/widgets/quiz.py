@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._base import attrs, esc, style
+from ._base import (WidgetView, attrs, esc, style)
 
 QUIZ_CSS = """
 .ks-quiz .ks-card{border:1px solid #999;border-radius:6px;padding:8px 12px;max-width:720px;background:#fffdf5;}
@@ -132,7 +132,7 @@ class QuizModel:
                 f"unseen {s['unseen']}</p></div>")
 
 
-class QuizView:
+class QuizView(WidgetView):
     """The flashcards as a widget: Reveal, I knew it, Not yet, ◀ ▶, Retry missed."""
 
     def __init__(self, cards=None):
@@ -164,7 +164,3 @@ class QuizView:
     def _draw(self) -> None:
         self.html.value = self.model.render_html()
         self.knew.disabled = self.not_yet.disabled = not self.model.revealed
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)

@@ -21,7 +21,7 @@ import os
 
 from ..events import Event
 from ..replica_fetcher import EPOCH_TRUNCATION, HW_TRUNCATION
-from ._base import LiveModel, Redrawer, attrs, esc, short_text, style
+from ._base import (LiveModel, Redrawer, WidgetView, attrs, button, esc, short_text, style)
 
 EPOCH_COLOURS = ["#a0c4ff", "#ffd6a5", "#caffbf", "#ffc6ff", "#9bf6ff", "#fdffb6"]
 
@@ -236,7 +236,7 @@ class ReplicaModel(LiveModel):
                 f"{head}{action}<div class='ks-brokers'>{cols}</div></div>")
 
 
-class ReplicaView:
+class ReplicaView(WidgetView):
     """The replica view as a widget with its controls."""
 
     def __init__(self, cluster_or_model, topic: str | None = None, partition: int = 0,
@@ -246,18 +246,18 @@ class ReplicaView:
         self.model = cluster_or_model if isinstance(cluster_or_model, ReplicaModel) \
             else ReplicaModel(cluster_or_model, topic, partition)
         m = self.model
-        self.produce_button = _button(W, "Produce", "produce one record to the leader", "ks-rep-produce")
-        self.round_button = _button(W, "Fetch round", "every live follower fetches once", "ks-rep-round")
-        self.elect_button = _button(W, "Elect preferred leader", "preferred leader election", "ks-rep-elect")
+        self.produce_button = button(W, "Produce", "produce one record to the leader", "ks-rep-produce")
+        self.round_button = button(W, "Fetch round", "every live follower fetches once", "ks-rep-round")
+        self.elect_button = button(W, "Elect preferred leader", "preferred leader election", "ks-rep-elect")
         self.mode = W.ToggleButtons(options=[("epoch truncation", EPOCH_TRUNCATION),
                                              ("HW truncation", HW_TRUNCATION)],
                                     value=m.truncation_mode, style={"button_width": "150px"})
         self.mode.add_class("ks-rep-mode")
         self.fetch_buttons, self.toggle_buttons = {}, {}
         for b in sorted(m.cluster.brokers):
-            self.fetch_buttons[b] = _button(W, f"broker {b} fetches", f"one fetch by broker {b}",
+            self.fetch_buttons[b] = button(W, f"broker {b} fetches", f"one fetch by broker {b}",
                                             f"ks-rep-fetch-{b}")
-            self.toggle_buttons[b] = _button(W, f"crash {b}", f"crash or restart broker {b}",
+            self.toggle_buttons[b] = button(W, f"crash {b}", f"crash or restart broker {b}",
                                              f"ks-rep-toggle-{b}")
             self.fetch_buttons[b].on_click(lambda _, b=b: m.fetch(b))
             self.toggle_buttons[b].on_click(lambda _, b=b: m.toggle_broker(b))
@@ -293,12 +293,3 @@ class ReplicaView:
             self._updating = False
         self.html.value = m.render_html()
 
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
-
-
-def _button(W, label: str, tooltip: str, cls: str):
-    b = W.Button(description=label, tooltip=tooltip, layout=W.Layout(width="auto"))
-    b.add_class(cls)
-    return b

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 
-from ._base import attrs, esc, figure_png, fmt_bytes, style, table
+from ._base import (WidgetView, attrs, esc, figure_png, fmt_bytes, style, table)
 
 ZC_CSS = """
 .ks-zc .ks-paths{display:flex;gap:30px;}
@@ -253,7 +253,7 @@ class ZeroCopyModel:
                 f"</div>{numbers}</div>")
 
 
-class ZeroCopyView:
+class ZeroCopyView(WidgetView):
     """The zero-copy view as a widget: size chooser, Measure button, diagram, numbers, chart."""
 
     def __init__(self, source=None, size_bytes: int = 32 * 1024 * 1024, measure: bool = False):
@@ -290,7 +290,3 @@ class ZeroCopyView:
         self.html.value = self.model.render_html()
         if self.model.measurement:
             self.image.value = self.model.png()
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)

@@ -402,7 +402,24 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
     return plan
 
 
-class LogDirAppender:
+class _CommitState:
+    """The sink's record of committed batch ids, a JSON file at `_state_path`, replaced atomically."""
+
+    _state_path: str
+
+    def load_state(self) -> dict:
+        try:
+            with open(self._state_path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+
+    def save_state(self, state: dict) -> None:
+        from ..checkpoint import atomic_write
+        atomic_write(self._state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+
+class LogDirAppender(_CommitState):
     """Appends through a Broker opened on the log directory for the length of one commit."""
 
     def __init__(self, log_dir: str, lock_timeout_ms: int):
@@ -449,19 +466,8 @@ class LogDirAppender:
     def _state_path(self) -> str:
         return os.path.join(self.log_dir, COMMITS_FILE)
 
-    def load_state(self) -> dict:
-        try:
-            with open(self._state_path, encoding="utf-8") as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return {}
 
-    def save_state(self, state: dict) -> None:
-        from ..checkpoint import atomic_write
-        atomic_write(self._state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
-
-
-class NetworkAppender:
+class NetworkAppender(_CommitState):
     """Appends with Produce requests (acks=all) to a running `kstore serve`."""
 
     def __init__(self, opts: SinkOptions, staging_root: str, idempotent: bool = True):
@@ -500,14 +506,3 @@ class NetworkAppender:
 
     def flush(self) -> None:
         pass   # acks=all: the broker has it before it answers
-
-    def load_state(self) -> dict:
-        try:
-            with open(self._state_path, encoding="utf-8") as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return {}
-
-    def save_state(self, state: dict) -> None:
-        from ..checkpoint import atomic_write
-        atomic_write(self._state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")

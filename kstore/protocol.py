@@ -62,19 +62,22 @@ class UnsupportedVersionError(ProtocolError):
 API_KEYS: dict[str, int] = {
     "Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8,
     "OffsetFetch": 9, "FindCoordinator": 10, "ApiVersions": 18, "InitProducerId": 22,
-    "OffsetsForLeaderEpoch": 23,
+    "OffsetsForLeaderEpoch": 23, "ListGroups": 16, "CreateTopics": 19, "DescribeConfigs": 32,
+    "CreatePartitions": 37,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (0, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2), 18: (0, 2),
     22: (0, 1), 23: (0, 3),
+    # the admin APIs the `kstore topics` / `consumer-groups` tools use over the network
+    16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
 }
 
 # First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
 # header is v2 (tagged fields) and the body uses compact strings/arrays, which are not implemented.
 FLEXIBLE_FROM: dict[int, int] = {
-    0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4,
+    0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4, 16: 3, 19: 5, 32: 4, 37: 2,
 }
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
@@ -420,6 +423,86 @@ _OFFSET_FOR_LEADER_EPOCH_RESPONSE = (
         F("end_offset", "int64", "0+", default=-1))),
 )
 
+# ---- the admin APIs (what Kafka's AdminClient sends for kafka-topics and kafka-consumer-groups)
+
+_CREATE_TOPICS_REQUEST = (
+    F("topics", "[]CreatableTopic", "0+",
+      F("name", "string", "0+"),
+      F("num_partitions", "int32", "0+"),         # -1 (v4+): the broker's num.partitions
+      F("replication_factor", "int16", "0+"),     # -1 (v4+): default.replication.factor
+      F("assignments", "[]CreatableReplicaAssignment", "0+",
+        F("partition_index", "int32", "0+"),
+        F("broker_ids", "[]int32", "0+")),
+      F("configs", "[]CreatableTopicConfig", "0+",
+        F("name", "string", "0+"),
+        F("value", "string", "0+", nullable="0+"))),
+    F("timeout_ms", "int32", "0+", default=60000),
+    F("validate_only", "bool", "1+"),
+)
+_CREATE_TOPICS_RESPONSE = (
+    F("throttle_time_ms", "int32", "2+"),
+    F("topics", "[]CreatableTopicResult", "0+",
+      F("name", "string", "0+"),
+      F("error_code", "int16", "0+"),
+      F("error_message", "string", "1+", nullable="1+")),
+)
+
+_CREATE_PARTITIONS_REQUEST = (
+    F("topics", "[]CreatePartitionsTopic", "0+",
+      F("name", "string", "0+"),
+      F("count", "int32", "0+"),
+      F("assignments", "[]CreatePartitionsAssignment", "0+",
+        F("broker_ids", "[]int32", "0+"), nullable="0+", default=None)),
+    F("timeout_ms", "int32", "0+"),
+    F("validate_only", "bool", "0+"),
+)
+_CREATE_PARTITIONS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("results", "[]CreatePartitionsTopicResult", "0+",
+      F("name", "string", "0+"),
+      F("error_code", "int16", "0+"),
+      F("error_message", "string", "0+", nullable="0+", default=None)),
+)
+
+_DESCRIBE_CONFIGS_REQUEST = (
+    F("resources", "[]DescribeConfigsResource", "0+",
+      F("resource_type", "int8", "0+"),           # 2 topic, 4 broker
+      F("resource_name", "string", "0+"),
+      F("configuration_keys", "[]string", "0+", nullable="0+")),
+    F("include_synonyms", "bool", "1+"),
+    F("include_documentation", "bool", "3+"),
+)
+_DESCRIBE_CONFIGS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("results", "[]DescribeConfigsResult", "0+",
+      F("error_code", "int16", "0+"),
+      F("error_message", "string", "0+", nullable="0+"),
+      F("resource_type", "int8", "0+"),
+      F("resource_name", "string", "0+"),
+      F("configs", "[]DescribeConfigsResourceResult", "0+",
+        F("name", "string", "0+"),
+        F("value", "string", "0+", nullable="0+"),
+        F("read_only", "bool", "0+"),
+        F("config_source", "int8", "1+", default=-1),
+        # (v0's is_default bool sat here; v1+ says DEFAULT_CONFIG in config_source instead)
+        F("is_sensitive", "bool", "0+"),
+        F("synonyms", "[]DescribeConfigsSynonym", "1+",
+          F("name", "string", "1+"),
+          F("value", "string", "1+", nullable="1+"),
+          F("source", "int8", "1+")),
+        F("config_type", "int8", "3+"),
+        F("documentation", "string", "3+", nullable="3+"))),
+)
+
+_LIST_GROUPS_REQUEST = ()
+_LIST_GROUPS_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0+"),
+    F("groups", "[]ListedGroup", "0+",
+      F("group_id", "string", "0+"),
+      F("protocol_type", "string", "0+")),
+)
+
 _DEFINITIONS = {
     "Produce": (_PRODUCE_REQUEST, _PRODUCE_RESPONSE),
     "Fetch": (_FETCH_REQUEST, _FETCH_RESPONSE),
@@ -431,6 +514,10 @@ _DEFINITIONS = {
     "ApiVersions": (_API_VERSIONS_REQUEST, _API_VERSIONS_RESPONSE),
     "InitProducerId": (_INIT_PRODUCER_ID_REQUEST, _INIT_PRODUCER_ID_RESPONSE),
     "OffsetForLeaderEpoch": (_OFFSET_FOR_LEADER_EPOCH_REQUEST, _OFFSET_FOR_LEADER_EPOCH_RESPONSE),
+    "ListGroups": (_LIST_GROUPS_REQUEST, _LIST_GROUPS_RESPONSE),
+    "CreateTopics": (_CREATE_TOPICS_REQUEST, _CREATE_TOPICS_RESPONSE),
+    "DescribeConfigs": (_DESCRIBE_CONFIGS_REQUEST, _DESCRIBE_CONFIGS_RESPONSE),
+    "CreatePartitions": (_CREATE_PARTITIONS_REQUEST, _CREATE_PARTITIONS_RESPONSE),
 }
 _KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 

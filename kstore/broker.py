@@ -154,8 +154,10 @@ class Broker:
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, num_partitions: int | None = None,
-                     replication_factor: int = 1, configs: dict | None = None) -> TopicInfo:
-        """Create a topic (CreateTopics). Everything is validated before anything is written."""
+                     replication_factor: int = 1, configs: dict | None = None, *,
+                     validate_only: bool = False) -> TopicInfo | None:
+        """Create a topic (CreateTopics). Everything is validated before anything is written;
+        `validate_only` stops there (CreateTopics' validateOnly) and returns None."""
         validate_topic_name(name)
         num_partitions = self.config["num.partitions"] if num_partitions is None else num_partitions
         if not isinstance(num_partitions, int) or num_partitions < 1:
@@ -178,6 +180,8 @@ class Broker:
             if collisions:
                 raise TopicExistsError(f"topic '{name}' collides with existing topic "
                                        f"'{collisions[0]}' ('.' and '_' collide in metric names)")
+            if validate_only:
+                return None
             topic_id = new_uuid_string()
             assignment = {str(p): self._assign_replicas(p, replication_factor, brokers)
                           for p in range(num_partitions)}
@@ -221,8 +225,10 @@ class Broker:
             atomic_write(path, f"version: 0\ntopic_id: {topic_id}")
         return log
 
-    def create_partitions(self, name: str, new_total: int) -> TopicInfo:
-        """Grow a topic to `new_total` partitions (CreatePartitions); shrinking is refused."""
+    def create_partitions(self, name: str, new_total: int, *,
+                          validate_only: bool = False) -> TopicInfo | None:
+        """Grow a topic to `new_total` partitions (CreatePartitions); shrinking is refused.
+        `validate_only` checks and returns None without growing anything."""
         with self._lock:
             node = self._topic_node(name)
             current = len(node["partitions"])
@@ -230,6 +236,8 @@ class Broker:
                 raise InvalidPartitionsError(
                     f"topic currently has {current} partitions, {new_total} would not be an "
                     f"increase (the partition count can grow but never shrink)")
+            if validate_only:
+                return None
             brokers = [int(b) for b in self.metadata.children("/brokers/ids")]
             rf = len(next(iter(node["partitions"].values())))
             updates = {}

@@ -275,3 +275,37 @@ class BrokerConfig(_Config):
 def describe() -> list[dict]:
     """Every config with its type, default and meaning (for the course's tables)."""
     return [{"name": k.name, "type": k.type, "default": k.default, "doc": k.doc} for k in _KEYS]
+
+
+# ---- DescribeConfigs: every value with where it came from (Kafka's ConfigEntry) ----
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str                 # as Kafka prints it: "true", "delete,compact", "604800000"
+    source: str                # DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG
+    type: str                  # the ConfigKey type
+    doc: str
+    synonyms: tuple[tuple[str, str], ...] = ()   # (source, value), most specific first
+
+
+def format_value(value: Any) -> str:
+    """A config value the way Kafka's ConfigDef writes it back (ConfigDef.convertToString)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def config_entries(config: _Config, layers: list[tuple[str, Mapping[str, Any]]]) -> list[ConfigEntry]:
+    """Every key of `config` (the effective values), each with the first layer that sets it as its
+    source and the values of all the layers that do as synonyms; DEFAULT_CONFIG otherwise."""
+    out = []
+    for key in config._keys.values():
+        synonyms = [(source, format_value(_convert(key, given[key.name])))
+                    for source, given in layers if key.name in given]
+        synonyms.append(("DEFAULT_CONFIG", format_value(key.default)))
+        out.append(ConfigEntry(key.name, format_value(config[key.name]), synonyms[0][0], key.type,
+                               key.doc, tuple(synonyms)))
+    return out

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .clock import Clock
-from .errors import KStoreError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from .errors import (KStoreError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+                     UnknownTopicOrPartitionError)
 from .group_coordinator import OffsetAndMetadata
 from .log import Isolation
 
@@ -73,7 +74,8 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         partitions = [(t, int(p)) for t, p in partitions]
         for t, p in partitions:
-            self.broker.get_log(t, p)   # UnknownTopicOrPartitionError for a bad one
+            if not 0 <= p < self.broker.partition_count(t):   # raises for an unknown topic
+                raise UnknownTopicOrPartitionError(f"topic '{t}' has no partition {p}")
         self._assignment = partitions
         self._positions = {tp: o for tp, o in self._positions.items() if tp in partitions}
 

@@ -92,9 +92,13 @@ class OffsetMetadataTooLargeError(KStoreError, ValueError):
     error_code = 12
 
 
-class InvalidCommitOffsetError(KStoreError, ValueError):
+class InvalidRequestError(KStoreError, ValueError):
+    """A request that is well-formed but makes no sense (Kafka: InvalidRequestException)."""
+    error_code = 42
+
+
+class InvalidCommitOffsetError(InvalidRequestError):
     """A committed offset must be ≥ 0 (kstore refuses what Kafka would store and later ignore)."""
-    error_code = 42   # INVALID_REQUEST
 
 
 class InvalidRequiredAcksError(KStoreError, ValueError):
@@ -151,3 +155,42 @@ class UnknownLeaderEpochError(KStoreError):
 
 class BrokerNotAvailableError(KStoreError):
     error_code = 8
+
+
+# ---- admin requests ----
+
+class InvalidReplicaAssignmentError(KStoreError, ValueError):
+    """A manual replica assignment kstore cannot honour (Kafka: InvalidReplicaAssignmentException)."""
+    error_code = 39
+
+
+class CoordinatorNotAvailableError(KStoreError):
+    error_code = 15
+
+
+class NotCoordinatorError(KStoreError):
+    error_code = 16
+
+
+def _by_code() -> dict[int, type]:
+    """Kafka error code -> the kstore class raised for it (the first class to claim a code wins)."""
+    found: dict[int, type] = {}
+    pending = [KStoreError]
+    while pending:
+        cls = pending.pop(0)
+        code = cls.__dict__.get("error_code")
+        if code is not None:
+            found.setdefault(code, cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def error_for_code(code: int, message: str) -> KStoreError:
+    """The exception a client raises for an error code in a response: the class the broker raised
+    for it (so `except UnknownTopicOrPartitionError` works the same offline and over the network),
+    else KStoreError. The message ends with Kafka's name for the code."""
+    from .protocol import ERRORS
+    name = {c: n for n, c in ERRORS.items()}.get(code, "UNKNOWN")
+    error = _by_code().get(code, KStoreError)(f"{message} ({name})")
+    error.error_code = code
+    return error

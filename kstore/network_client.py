@@ -14,19 +14,13 @@ import threading
 from dataclasses import dataclass
 
 from . import protocol as P
-from .errors import (BrokerNotAvailableError, KStoreError, NotLeaderOrFollowerError,
-                     OffsetOutOfRangeError, UnknownTopicOrPartitionError)
+from .errors import BrokerNotAvailableError, KStoreError, OffsetOutOfRangeError, error_for_code
 
 API = P.API_KEYS
 
-_ERRORS_BY_CODE = {1: OffsetOutOfRangeError, 3: UnknownTopicOrPartitionError,
-                   6: NotLeaderOrFollowerError}
-
-
 def raise_for(code: int, what: str) -> None:
     if code:
-        cls = _ERRORS_BY_CODE.get(code, KStoreError)
-        raise cls(f"{what}: error code {code}")
+        raise error_for_code(code, what)
 
 
 class KafkaConnection:
@@ -44,7 +38,10 @@ class KafkaConnection:
                 raise BrokerNotAvailableError(f"cannot reach {self.host}:{self.port}: {e}") from None
         return self._sock
 
-    def request(self, api_key: int, version: int, body: dict, timeout: float | None = None) -> dict:
+    def request(self, api_key: int, version: int, body: dict, timeout: float | None = None,
+                expect_response: bool = True) -> dict | None:
+        """Send one request and wait for its response (None, without waiting, when the request
+        gets none: a Produce with acks=0)."""
         with self._lock:
             sock = self._connect()
             self._correlation += 1
@@ -52,6 +49,8 @@ class KafkaConnection:
             try:
                 sock.settimeout(timeout or self.timeout)
                 sock.sendall(struct.pack(">i", len(frame)) + frame)
+                if not expect_response:
+                    return None
                 (size,) = struct.unpack(">i", self._recv(sock, 4))
                 correlation, response = P.decode_response(api_key, version, self._recv(sock, size))
             except (OSError, struct.error) as e:

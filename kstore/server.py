@@ -12,7 +12,8 @@ Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
   bytes go from the segment file to the socket with `os.sendfile` — never through Python bytes.
   `zero_copy=False` reads them into memory and sends them (the copy path chapter 11 compares).
   A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
-The wire structs come from the schema-driven codec in `kstore.protocol`.
+The wire structs come from the schema-driven codec in `kstore.protocol`; the admin requests
+(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from . import protocol as P
+from .admin_apis import AdminApis
 from .broker import Broker, normalize_acks
 from .errors import (CorruptRecordError, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
                      NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
@@ -53,7 +55,7 @@ def error_code(e: BaseException) -> int:
     return getattr(e, "error_code", E["UNKNOWN_SERVER_ERROR"])
 
 
-class KafkaServer:
+class KafkaServer(AdminApis):
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int = 104857600,
                  idle_timeout_s: float = 600.0, advertised_host: str | None = None):
@@ -258,7 +260,10 @@ class KafkaServer:
                 API["ListOffsets"]: self._list_offsets, API["FindCoordinator"]: self._find_coordinator,
                 API["OffsetCommit"]: self._offset_commit, API["OffsetFetch"]: self._offset_fetch,
                 API["InitProducerId"]: self._init_producer_id,
-                API["OffsetsForLeaderEpoch"]: self._offsets_for_leader_epoch}
+                API["OffsetsForLeaderEpoch"]: self._offsets_for_leader_epoch,
+                API["CreateTopics"]: self._create_topics,
+                API["CreatePartitions"]: self._create_partitions,
+                API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups}
 
     # ------------------------------------------------------------------ APIs
     async def _api_versions(self, version, body, header) -> dict:

@@ -3,19 +3,26 @@ kafka-console-consumer, kafka-get-offsets and kafka-consumer-groups.
 
 They work offline on a log directory (`--log-dir DIR`): each opens the directory as a broker
 would (taking its `.lock`, so they refuse a directory a running broker holds) and shuts down
-cleanly. Output formats follow Kafka's tools so the two can be compared.
+cleanly. Or they talk to a running broker (`--bootstrap-server HOST:PORT`, `kstore serve`) over
+Kafka's protocol through `RemoteBroker`, which has the same methods as `Broker`: each tool below
+is one piece of code for both. Output formats follow Kafka's tools so the two can be compared.
+
+Offline, `consume` stops at the end of the log. Against a broker it waits for new records, as
+kafka-console-consumer does, until `--max-messages`, `--timeout-ms` without a record, or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TextIO
 
 from .broker import Broker
 from .consumer import Consumer
 from .errors import KStoreError
 from .producer import Producer
+from .remote_broker import RemoteBroker
 
 
 def _properties(items: list[str] | None) -> dict[str, str]:
@@ -32,7 +39,9 @@ def _decode_separator(s: str) -> str:
     return s.encode("utf-8").decode("unicode_escape")   # "\t" on the command line means a tab
 
 
-def _open(args) -> Broker:
+def _open(args) -> Broker | RemoteBroker:
+    if args.bootstrap_server:
+        return RemoteBroker(args.bootstrap_server)
     return Broker(args.log_dir)
 
 
@@ -60,7 +69,9 @@ def topics(args, out: TextIO) -> int:
             for name in names:
                 info = broker.describe_topic(name)
                 configs = ",".join(f"{k}={v}" for k, v in sorted(info.configs.items()))
-                out.write(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: "
+                # kafka-topics leaves the id out when the broker gives none (classic Metadata)
+                topic_id = f"\tTopicId: {info.topic_id}" if info.topic_id else ""
+                out.write(f"Topic: {info.name}{topic_id}\tPartitionCount: "
                           f"{info.partition_count}\tReplicationFactor: {info.replication_factor}\t"
                           f"Configs: {configs}\n")
                 for p in info.partitions:
@@ -125,27 +136,43 @@ def consume(args, out: TextIO) -> int:
         elif args.from_beginning and args.group is None:
             consumer.seek_to_beginning(tps)
         printed = 0
-        while args.max_messages is None or printed < args.max_messages:
-            limit = None if args.max_messages is None else args.max_messages - printed
-            batch = consumer.poll(max_records=limit)
-            if not batch:
-                break   # offline: the end of the log ends the run
-            for r in batch:
-                parts = []
-                if flag("print.timestamp"):
-                    parts.append(f"{r.timestamp_type}:{r.timestamp}")
-                if flag("print.partition"):
-                    parts.append(f"Partition:{r.partition}")
-                if flag("print.offset"):
-                    parts.append(f"Offset:{r.offset}")
-                if flag("print.key"):
-                    parts.append("null" if r.key is None else r.key.decode("utf-8", "replace"))
-                parts.append("null" if r.value is None else r.value.decode("utf-8", "replace"))
-                out.write(separator.join(parts) + line_separator)
-                printed += 1
+        live = isinstance(broker, RemoteBroker)   # a running broker: wait for new records
+        last_record = time.monotonic()
+        try:
+            while args.max_messages is None or printed < args.max_messages:
+                limit = None if args.max_messages is None else args.max_messages - printed
+                batch = consumer.poll(max_records=limit)
+                if not batch:
+                    idle_ms = (time.monotonic() - last_record) * 1000
+                    if not live or (args.timeout_ms is not None and idle_ms >= args.timeout_ms):
+                        break   # offline, the end of the log ends the run
+                    time.sleep(0.05)
+                    continue
+                last_record = time.monotonic()
+                printed += _print_records(batch, out, flag, separator, line_separator)
+        except KeyboardInterrupt:
+            pass   # Ctrl-C ends a live run; the positions reached are still committed below
         consumer.close(autocommit=args.group is not None)
         sys.stderr.write(f"Processed a total of {printed} messages\n")
     return 0
+
+
+def _print_records(batch, out: TextIO, flag, separator: str, line_separator: str) -> int:
+    """kafka-console-consumer's DefaultMessageFormatter: the print.* fields, then the value."""
+    for r in batch:
+        parts = []
+        if flag("print.timestamp"):
+            parts.append(f"{r.timestamp_type}:{r.timestamp}")
+        if flag("print.partition"):
+            parts.append(f"Partition:{r.partition}")
+        if flag("print.offset"):
+            parts.append(f"Offset:{r.offset}")
+        if flag("print.key"):
+            parts.append("null" if r.key is None else r.key.decode("utf-8", "replace"))
+        parts.append("null" if r.value is None else r.value.decode("utf-8", "replace"))
+        out.write(separator.join(parts) + line_separator)
+    out.flush()
+    return len(batch)
 
 
 # ------------------------------------------------------------------------------ get-offsets
@@ -187,8 +214,7 @@ def consumer_groups(args, out: TextIO) -> int:
                   "CONSUMER-ID", "HOST", "CLIENT-ID")
         rows = []
         for (topic, partition), om in sorted(offsets.items()):
-            log = broker.get_log(topic, partition)
-            end = log.high_watermark
+            end = broker.list_offsets(topic, partition, -1).offset   # latest = the high watermark
             rows.append((args.group, topic, str(partition), str(om.offset), str(end),
                          str(max(end - om.offset, 0)), "-", "-", "-"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
@@ -201,7 +227,11 @@ def consumer_groups(args, out: TextIO) -> int:
 # ------------------------------------------------------------------------------ argparse
 def add_parsers(sub) -> None:
     def with_log_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--log-dir", required=True, help="the broker's log directory")
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--log-dir", help="work offline on this log directory (no broker may "
+                                             "be running on it)")
+        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                           help="talk to a running broker (kstore serve)")
         return p
 
     t = with_log_dir(sub.add_parser("topics", help="create, list, describe or alter topics "
@@ -235,6 +265,8 @@ def add_parsers(sub) -> None:
     c.add_argument("--timestamp", type=int, help="start at the first record at or after this ms time")
     c.add_argument("--group")
     c.add_argument("--max-messages", type=int)
+    c.add_argument("--timeout-ms", type=int, help="with --bootstrap-server: stop after this long "
+                                                  "without a record (default: wait for more)")
     c.add_argument("--property", action="append", metavar="NAME=VALUE",
                    help="print.key=true, print.offset=true, print.partition=true, "
                         "print.timestamp=true, key.separator=...")

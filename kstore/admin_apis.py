@@ -1,0 +1,130 @@
+"""The admin requests of the network broker: CreateTopics, CreatePartitions, DescribeConfigs and
+ListGroups — what Kafka's `AdminClient` sends for kafka-topics, kafka-configs and
+kafka-consumer-groups (in Kafka, `KafkaApis` hands them to the controller / `ConfigHelper` /
+`GroupCoordinator`).
+
+A mixin of `kstore.server.KafkaServer`: each handler turns one request body into one response
+body, answering per topic or per resource, so one bad entry never fails the others. The work is
+done by the broker's own methods (`create_topic`, `create_partitions`, `describe_topic`), the
+same ones the offline tools call, so the two paths cannot disagree.
+
+Where kstore differs: manual replica assignments are refused with INVALID_REPLICA_ASSIGNMENT
+(kstore places replicas itself), and broker configs are read-only (no dynamic broker configs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .config import ConfigEntry, config_entries
+from .errors import InvalidReplicaAssignmentError, InvalidRequestError, KStoreError
+
+# DescribeConfigsRequest resource types and ConfigSource / ConfigType codes (DescribeConfigsResponse)
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+CONFIG_SOURCE = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+CONFIG_TYPE = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+
+
+def _failure(e: KStoreError) -> tuple[int, str]:
+    return getattr(e, "error_code", -1), str(e)
+
+
+class AdminApis:
+    """Needs `self.broker` (a `kstore.broker.Broker`)."""
+
+    # ------------------------------------------------------------------ CreateTopics
+    async def _create_topics(self, version, body, header) -> dict:
+        counts = Counter(t["name"] for t in body["topics"])
+        results = []
+        for topic in body["topics"]:
+            result = {"name": topic["name"], "error_code": 0, "error_message": None}
+            try:
+                if counts[topic["name"]] > 1:   # Kafka refuses every copy of a repeated name
+                    raise InvalidRequestError(f"topic '{topic['name']}' is named more than once "
+                                              f"in the request")
+                self._create_topic(topic, body.get("validate_only", False))
+            except KStoreError as e:
+                result["error_code"], result["error_message"] = _failure(e)
+            results.append(result)
+        return {"throttle_time_ms": 0, "topics": results}
+
+    def _create_topic(self, topic: dict, validate_only: bool) -> None:
+        if topic["assignments"]:
+            raise InvalidReplicaAssignmentError(
+                "kstore places replicas itself: give num_partitions and replication_factor "
+                "instead of a manual assignment")
+        partitions = None if topic["num_partitions"] == -1 else topic["num_partitions"]
+        replication_factor = (self.broker.config["default.replication.factor"]
+                              if topic["replication_factor"] == -1 else topic["replication_factor"])
+        configs = {c["name"]: c["value"] for c in topic["configs"] if c["value"] is not None}
+        self.broker.create_topic(topic["name"], partitions, replication_factor, configs,
+                                 validate_only=validate_only)
+
+    # ------------------------------------------------------------------ CreatePartitions
+    async def _create_partitions(self, version, body, header) -> dict:
+        results = []
+        for topic in body["topics"]:
+            result = {"name": topic["name"], "error_code": 0, "error_message": None}
+            try:
+                if topic["assignments"] is not None:
+                    raise InvalidReplicaAssignmentError(
+                        "kstore places the new partitions' replicas itself: send no assignments")
+                self.broker.create_partitions(topic["name"], topic["count"],
+                                              validate_only=body["validate_only"])
+            except KStoreError as e:
+                result["error_code"], result["error_message"] = _failure(e)
+            results.append(result)
+        return {"throttle_time_ms": 0, "results": results}
+
+    # ------------------------------------------------------------------ DescribeConfigs
+    async def _describe_configs(self, version, body, header) -> dict:
+        results = []
+        for resource in body["resources"]:
+            result = {"error_code": 0, "error_message": None, "configs": [],
+                      "resource_type": resource["resource_type"],
+                      "resource_name": resource["resource_name"]}
+            try:
+                wanted = resource["configuration_keys"]
+                result["configs"] = [
+                    self._config_result(entry, body,
+                                        read_only=resource["resource_type"] == BROKER_RESOURCE)
+                    for entry in self._config_entries(resource["resource_type"],
+                                                      resource["resource_name"])
+                    if wanted is None or entry.name in wanted]
+            except KStoreError as e:
+                result["error_code"], result["error_message"] = _failure(e)
+            results.append(result)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _config_entries(self, resource_type: int, name: str) -> list[ConfigEntry]:
+        defaults = self.broker.logs.default_config
+        if resource_type == TOPIC_RESOURCE:
+            overrides = self.broker.describe_topic(name).configs   # UNKNOWN_TOPIC_OR_PARTITION
+            return config_entries(defaults.with_overrides(overrides),
+                                  [("DYNAMIC_TOPIC_CONFIG", overrides),
+                                   ("STATIC_BROKER_CONFIG", defaults.overrides)])
+        if resource_type == BROKER_RESOURCE:
+            if name not in ("", str(self.broker.broker_id)):
+                raise InvalidRequestError(f"unexpected broker id, expected {self.broker.broker_id} "
+                                          f"or the empty string, but received {name!r}")
+            return config_entries(self.broker.config,
+                                  [("STATIC_BROKER_CONFIG", self.broker.config.overrides)])
+        raise InvalidRequestError(f"kstore describes topic ({TOPIC_RESOURCE}) and broker "
+                                  f"({BROKER_RESOURCE}) configs, not resource type {resource_type}")
+
+    @staticmethod
+    def _config_result(entry: ConfigEntry, body: dict, read_only: bool) -> dict:
+        synonyms = ([{"name": entry.name, "value": value, "source": CONFIG_SOURCE[source]}
+                     for source, value in entry.synonyms] if body.get("include_synonyms") else [])
+        return {"name": entry.name, "value": entry.value, "read_only": read_only,
+                "config_source": CONFIG_SOURCE[entry.source], "is_sensitive": False,
+                "synonyms": synonyms, "config_type": CONFIG_TYPE.get(entry.type, 0),
+                "documentation": entry.doc if body.get("include_documentation") else None}
+
+    # ------------------------------------------------------------------ ListGroups
+    async def _list_groups(self, version, body, header) -> dict:
+        # kstore's groups only commit offsets (no membership): Kafka lists such a group with an
+        # empty protocol type, as it does for a consumer that assigns partitions itself.
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "groups": [{"group_id": g, "protocol_type": ""}
+                           for g in self.broker.group_coordinator.groups()]}

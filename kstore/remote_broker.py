@@ -1,0 +1,340 @@
+"""`RemoteBroker`: the broker calls of kstore's tools, `Producer` and `Consumer`, answered by a
+running broker over Kafka's protocol — what Kafka's AdminClient, KafkaProducer and KafkaConsumer
+do behind their APIs.
+
+`kstore topics | produce | consume | get-offsets | consumer-groups --bootstrap-server HOST:PORT`
+use it where the offline tools open a `Broker` on a log directory. It offers the same methods with
+the same results and the same exception classes, so the tools' code, and their output, is one.
+
+Routing, as Kafka's clients do it: partition requests (Produce, Fetch, ListOffsets) go to the
+partition's leader named by Metadata; offset commits and fetches go to the group's coordinator
+(FindCoordinator); ListGroups asks every broker; the other admin requests go to any broker (here
+the bootstrap one). A NOT_LEADER_OR_FOLLOWER answer refreshes the metadata and retries once.
+
+Where it differs from Kafka's clients: classic (non-flexible) protocol versions only, so Metadata
+carries no topic id (`describe_topic` leaves it empty, and the describe output omits it, as
+kafka-topics does when a broker has none), and ListOffsets for max-timestamp (−3) is sent at v5
+(Kafka's clients need v7; kstore's broker answers it at any version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import protocol as P
+from .broker import FetchResult, PartitionInfo, TopicInfo
+from .clock import Clock, SystemClock
+from .errors import (CommitFailedError, KStoreError, NotLeaderOrFollowerError,
+                     UnknownTopicOrPartitionError, error_for_code)
+from .group_coordinator import OffsetAndMetadata
+from .log import Isolation
+from .network_client import KafkaConnection
+from .records import MemoryRecords
+from .segment import TimestampAndOffset
+
+API = P.API_KEYS
+# The versions this client sends (all within what kstore's broker supports, all non-flexible).
+VERSION = {"Metadata": 8, "Produce": 8, "Fetch": 11, "ListOffsets": 5, "FindCoordinator": 2,
+           "OffsetCommit": 7, "OffsetFetch": 5, "CreateTopics": 4, "CreatePartitions": 1,
+           "DescribeConfigs": 3, "ListGroups": 2}
+TOPIC_RESOURCE = 2
+
+
+@dataclass(frozen=True)
+class ProduceAck:
+    """What the producer needs from a ProduceResponse (the fields of LogAppendInfo it reads)."""
+    first_offset: int
+    log_append_time: int
+    log_start_offset: int
+
+
+class FetchedRecords(MemoryRecords):
+    """The record bytes of one partition of a FetchResponse (FetchDataInfo's `.batches()`)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """"host:port,host:port" -> [(host, port)], with a clear error for a malformed entry."""
+    out = []
+    for address in (a.strip() for a in servers.split(",")):
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise KStoreError(f"--bootstrap-server takes HOST:PORT[,HOST:PORT...], got {address!r}")
+        out.append((host, int(port)))
+    return out
+
+
+class RemoteBroker:
+    def __init__(self, bootstrap_servers: str, *, client_id: str = "kstore-cli",
+                 timeout_s: float = 30.0, clock: Clock | None = None):
+        self.bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self.clock = clock or SystemClock()
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._bootstrap = self._first_reachable(parse_bootstrap(bootstrap_servers))
+        self._coordinator = RemoteGroupCoordinator(self)
+
+    # ------------------------------------------------------------------ connections
+    def _connection(self, address: tuple[str, int]) -> KafkaConnection:
+        if address not in self._connections:
+            self._connections[address] = KafkaConnection(*address, client_id=self.client_id,
+                                                         timeout=self.timeout_s)
+        return self._connections[address]
+
+    def _first_reachable(self, addresses: list[tuple[str, int]]) -> tuple[str, int]:
+        problems = []
+        for address in addresses:
+            try:
+                self._connection(address).request(API["ApiVersions"], 0, {})
+                return address
+            except KStoreError as e:
+                problems.append(str(e))
+        raise KStoreError(f"no broker reachable at {self.bootstrap_servers}: {'; '.join(problems)}")
+
+    def request(self, api: str, body: dict, node: int | None = None,
+                expect_response: bool = True) -> dict | None:
+        """One request to broker `node` (by its id in Metadata), or to the bootstrap broker."""
+        address = self._bootstrap if node is None else self._brokers.get(node)
+        if address is None:
+            raise KStoreError(f"broker {node} is not in the cluster's metadata")
+        return self._connection(address).request(API[api], VERSION[api], body,
+                                                 expect_response=expect_response)
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+
+    shutdown = close
+
+    def __enter__(self) -> "RemoteBroker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ metadata
+    def _metadata(self, topics: list[str] | None, allow_create: bool = False) -> dict:
+        body = {"topics": None if topics is None else [{"name": t} for t in topics],
+                "allow_auto_topic_creation": allow_create}
+        response = self.request("Metadata", body)
+        self._brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                self._leaders[(t["name"], p["partition_index"])] = p["leader_id"]
+        return response
+
+    def _topic_metadata(self, name: str, allow_create: bool = False) -> dict:
+        (topic,) = self._metadata([name], allow_create)["topics"]
+        code = topic["error_code"]
+        if code:
+            raise error_for_code(code, f"topic '{name}' does not exist"
+                                 if code == P.ERRORS["UNKNOWN_TOPIC_OR_PARTITION"] else f"topic '{name}'")
+        return topic
+
+    def topics(self, include_internal: bool = False) -> list[str]:
+        return [t["name"] for t in self._metadata(None)["topics"]
+                if t["error_code"] == 0 and (include_internal or not t["is_internal"])]
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._topic_metadata(topic)["partitions"])
+
+    def ensure_topic(self, topic: str) -> None:
+        """A producer's first Metadata request may create the topic (auto.create.topics.enable)."""
+        self._topic_metadata(topic, allow_create=True)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        topic = self._topic_metadata(name)
+        parts = [PartitionInfo(name, p["partition_index"], p["leader_id"], p["replica_nodes"],
+                               p["isr_nodes"], p["leader_epoch"], -1, -1, -1)
+                 for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])]
+        return TopicInfo(name, "", parts, self.topic_overrides(name), topic["is_internal"])
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """The configs set on the topic itself (DescribeConfigs, source DYNAMIC_TOPIC_CONFIG)."""
+        body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name,
+                               "configuration_keys": None}]}
+        (result,) = self.request("DescribeConfigs", body)["results"]
+        if result["error_code"]:
+            raise error_for_code(result["error_code"], result["error_message"] or f"topic '{name}'")
+        return {c["name"]: c["value"] for c in result["configs"] if c["config_source"] == 1}
+
+    # ------------------------------------------------------------------ admin
+    def create_topic(self, name: str, num_partitions: int | None = None,
+                     replication_factor: int | None = 1, configs: dict | None = None) -> TopicInfo:
+        body = {"topics": [{"name": name, "num_partitions": -1 if num_partitions is None
+                            else num_partitions,
+                            "replication_factor": -1 if replication_factor is None
+                            else replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": str(v)}
+                                        for k, v in (configs or {}).items()]}],
+                "timeout_ms": int(self.timeout_s * 1000), "validate_only": False}
+        (result,) = self.request("CreateTopics", body)["topics"]
+        if result["error_code"]:
+            raise error_for_code(result["error_code"], result["error_message"] or f"topic '{name}'")
+        return self.describe_topic(name)
+
+    def create_partitions(self, name: str, new_total: int) -> TopicInfo:
+        body = {"topics": [{"name": name, "count": new_total, "assignments": None}],
+                "timeout_ms": int(self.timeout_s * 1000), "validate_only": False}
+        (result,) = self.request("CreatePartitions", body)["results"]
+        if result["error_code"]:
+            raise error_for_code(result["error_code"], result["error_message"] or f"topic '{name}'")
+        return self.describe_topic(name)
+
+    # ------------------------------------------------------------------ partition requests
+    def _leader(self, topic: str, partition: int) -> int:
+        if (topic, partition) not in self._leaders:
+            self._topic_metadata(topic)
+        leader = self._leaders.get((topic, partition))
+        if leader is None:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
+        return leader
+
+    def _to_leader(self, topic: str, partition: int, send):
+        """`send(leader_id)`, again after a metadata refresh if the leader has moved."""
+        try:
+            return send(self._leader(topic, partition))
+        except NotLeaderOrFollowerError:
+            self._topic_metadata(topic)
+            return send(self._leader(topic, partition))
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}]}]}
+
+        def send(leader):
+            part = self.request("ListOffsets", body, leader)["topics"][0]["partitions"][0]
+            if part["error_code"]:
+                raise error_for_code(part["error_code"], f"ListOffsets {topic}-{partition}")
+            epoch = part["leader_epoch"]
+            return TimestampAndOffset(part["timestamp"], part["offset"], None if epoch < 0 else epoch)
+        return self._to_leader(topic, partition, send)
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1048576,
+              isolation: str = Isolation.HIGH_WATERMARK, max_wait_ms: int = 0) -> FetchResult:
+        body = {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+                "max_bytes": max_bytes, "session_id": 0, "session_epoch": -1, "rack_id": "",
+                "isolation_level": 1 if isolation == Isolation.TXN_COMMITTED else 0,
+                "forgotten_topics_data": [],
+                "topics": [{"topic": topic, "partitions": [
+                    {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                     "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]}
+
+        def send(leader):
+            part = self.request("Fetch", body, leader)["responses"][0]["partitions"][0]
+            if part["error_code"]:
+                raise error_for_code(part["error_code"], f"fetch {topic}-{partition} at {offset}")
+            return FetchResult(topic, partition, FetchedRecords(bytes(part["records"] or b"")),
+                               part["high_watermark"], part["last_stable_offset"],
+                               part["log_start_offset"])
+        return self._to_leader(topic, partition, send)
+
+    def produce(self, topic: str, partition: int, records: bytes, acks=-1) -> ProduceAck:
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": int(self.timeout_s * 1000),
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition,
+                                                                    "records": records}]}]}
+
+        def send(leader):
+            response = self.request("Produce", body, leader, expect_response=acks != 0)
+            if response is None:   # acks=0: the broker does not answer, the offset is unknown
+                return ProduceAck(-1, -1, -1)
+            part = response["responses"][0]["partition_responses"][0]
+            if part["error_code"]:
+                raise error_for_code(part["error_code"], part["error_message"]
+                                     or f"produce to {topic}-{partition}")
+            return ProduceAck(part["base_offset"], part["log_append_time_ms"],
+                              part["log_start_offset"])
+        return self._to_leader(topic, partition, send)
+
+    # ------------------------------------------------------------------ groups
+    @property
+    def group_coordinator(self) -> "RemoteGroupCoordinator":
+        return self._coordinator
+
+    def broker_ids(self) -> list[int]:
+        self._metadata([])
+        return sorted(self._brokers)
+
+
+class RemoteGroupCoordinator:
+    """The `GroupCoordinator` calls of the tools and the consumer, over the network."""
+
+    def __init__(self, broker: RemoteBroker):
+        self.broker = broker
+
+    def _coordinator(self, group_id: str) -> int:
+        response = self.broker.request("FindCoordinator", {"key": group_id, "key_type": 0})
+        if response["error_code"]:
+            raise error_for_code(response["error_code"], response["error_message"]
+                                 or f"no coordinator for group '{group_id}'")
+        self.broker._brokers.setdefault(response["node_id"], (response["host"], response["port"]))
+        return response["node_id"]
+
+    def commit_offsets(self, group_id: str, offsets: dict) -> dict[tuple[str, int], int]:
+        """Commit (OffsetCommit, as a consumer that assigns its own partitions: generation −1).
+        Raises CommitFailedError naming every partition the coordinator refused."""
+        if not offsets:
+            return {}
+        committed = {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om)
+                     for tp, om in offsets.items()}
+        by_topic: dict[str, list] = {}
+        for (topic, partition), om in committed.items():
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = self.broker.request("OffsetCommit", body, self._coordinator(group_id))
+        codes = {(t["name"], p["partition_index"]): p["error_code"]
+                 for t in response["topics"] for p in t["partitions"]}
+        refused = {tp: code for tp, code in codes.items() if code}
+        if refused:
+            (tp, code), *_ = refused.items()
+            listing = ", ".join(f"{t}-{p}: {P_NAMES.get(c, c)}" for (t, p), c in refused.items())
+            error = CommitFailedError(f"commit for group '{group_id}' refused: {listing}")
+            error.error_code = code
+            raise error
+        return {tp: om.offset for tp, om in committed.items()}
+
+    def fetch_offsets(self, group_id: str, partitions=None) -> dict:
+        body = {"group_id": group_id, "topics": None if partitions is None else [
+            {"name": t, "partition_indexes": [p for (t2, p) in partitions if t2 == t]}
+            for t in dict.fromkeys(t for t, _ in partitions)]}
+        response = self.broker.request("OffsetFetch", body, self._coordinator(group_id))
+        if response["error_code"]:
+            raise error_for_code(response["error_code"], f"offsets of group '{group_id}'")
+        found = {}
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                if p["error_code"]:
+                    raise error_for_code(p["error_code"], f"offset of {t['name']}-"
+                                                          f"{p['partition_index']}")
+                found[(t["name"], p["partition_index"])] = None if p["committed_offset"] < 0 else \
+                    OffsetAndMetadata(p["committed_offset"], p["metadata"] or "",
+                                      p["committed_leader_epoch"])
+        if partitions is None:
+            return {tp: om for tp, om in found.items() if om is not None}
+        return {tp: found.get(tp) for tp in partitions}
+
+    def groups(self) -> list[str]:
+        """Every group of the cluster: ListGroups to each broker (each lists the groups it
+        coordinates), as Kafka's AdminClient.listConsumerGroups does."""
+        names = set()
+        for node in self.broker.broker_ids():
+            response = self.broker.request("ListGroups", {}, node)
+            if response["error_code"]:
+                raise error_for_code(response["error_code"], f"ListGroups on broker {node}")
+            names.update(g["group_id"] for g in response["groups"])
+        return sorted(names)
+
+
+P_NAMES = {code: name for name, code in P.ERRORS.items()}

@@ -75,6 +75,17 @@ class FetchResult:
     log_start_offset: int
 
 
+# kstore differs: Kafka sets no per-topic limit. Each partition is a directory with open files,
+# and a request for 2^31 of them (a typo, a fuzzer) must get an error, not stall the broker.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+
+def _check_partition_limit(count: int) -> None:
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitionsError(f"kstore allows at most {MAX_PARTITIONS_PER_TOPIC} partitions "
+                                     f"per topic, not {count}")
+
+
 def normalize_acks(acks) -> int:
     """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise); like
     Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
@@ -162,6 +173,7 @@ class Broker:
         num_partitions = self.config["num.partitions"] if num_partitions is None else num_partitions
         if not isinstance(num_partitions, int) or num_partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions!r}")
+        _check_partition_limit(num_partitions)
         brokers = [int(b) for b in self.metadata.children("/brokers/ids")]
         if not isinstance(replication_factor, int) or replication_factor < 1:
             raise InvalidReplicationFactorError(
@@ -236,6 +248,7 @@ class Broker:
                 raise InvalidPartitionsError(
                     f"topic currently has {current} partitions, {new_total} would not be an "
                     f"increase (the partition count can grow but never shrink)")
+            _check_partition_limit(new_total)
             if validate_only:
                 return None
             brokers = [int(b) for b in self.metadata.children("/brokers/ids")]

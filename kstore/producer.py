@@ -52,6 +52,10 @@ class FutureRecordMetadata:
             raise KStoreError("the record has not been sent yet: call flush() or poll()")
         return self._value
 
+    def exception(self) -> BaseException | None:
+        """The send's error, or None (like concurrent.futures.Future.exception)."""
+        return self._error
+
     def __repr__(self) -> str:
         state = self._value or self._error or "pending"
         return f"FutureRecordMetadata({self.topic}-{self.partition}: {state})"

@@ -19,13 +19,13 @@ kafka-topics does when a broker has none), and ListOffsets for max-timestamp (âˆ
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from . import protocol as P
 from .broker import FetchResult, PartitionInfo, TopicInfo
 from .clock import Clock, SystemClock
-from .errors import (CommitFailedError, KStoreError, NotLeaderOrFollowerError,
-                     UnknownTopicOrPartitionError, error_for_code)
+from .errors import CommitFailedError, KStoreError, UnknownTopicOrPartitionError, error_for_code
 from .group_coordinator import OffsetAndMetadata
 from .log import Isolation
 from .network_client import KafkaConnection
@@ -38,6 +38,12 @@ VERSION = {"Metadata": 8, "Produce": 8, "Fetch": 11, "ListOffsets": 5, "FindCoor
            "OffsetCommit": 7, "OffsetFetch": 5, "CreateTopics": 4, "CreatePartitions": 1,
            "DescribeConfigs": 3, "ListGroups": 2}
 TOPIC_RESOURCE = 2
+E = P.ERRORS
+# Retriable, as in Kafka's clients (InvalidMetadataException and its kind): refresh and try again.
+LEADER_MOVED = (E["NOT_LEADER_OR_FOLLOWER"], E["LEADER_NOT_AVAILABLE"], E["BROKER_NOT_AVAILABLE"],
+                E["UNKNOWN_TOPIC_OR_PARTITION"])
+COORDINATOR_MOVED = (E["COORDINATOR_LOAD_IN_PROGRESS"], E["COORDINATOR_NOT_AVAILABLE"],
+                     E["NOT_COORDINATOR"])
 
 
 @dataclass(frozen=True)
@@ -197,13 +203,26 @@ class RemoteBroker:
             raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
         return leader
 
+    def retrying(self, attempt, retriable: tuple[int, ...], before_retry=None):
+        """`attempt()` again while it fails with a retriable error code, for up to the request
+        timeout, 100 ms apart (the retries and retry.backoff.ms of Kafka's clients)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return attempt()
+            except KStoreError as e:
+                if getattr(e, "error_code", None) not in retriable or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+            if before_retry is not None:
+                before_retry()
+
     def _to_leader(self, topic: str, partition: int, send):
-        """`send(leader_id)`, again after a metadata refresh if the leader has moved."""
-        try:
-            return send(self._leader(topic, partition))
-        except NotLeaderOrFollowerError:
-            self._topic_metadata(topic)
-            return send(self._leader(topic, partition))
+        """`send(leader_id)`; when the leader has moved, is down or has not yet opened a new
+        partition, again after a metadata refresh. A partition Metadata does not list fails at once."""
+        self._leader(topic, partition)
+        return self.retrying(lambda: send(self._leader(topic, partition)), LEADER_MOVED,
+                             before_retry=lambda: self._topic_metadata(topic))
 
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
         body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
@@ -278,6 +297,19 @@ class RemoteGroupCoordinator:
         self.broker._brokers.setdefault(response["node_id"], (response["host"], response["port"]))
         return response["node_id"]
 
+    def _to_coordinator(self, group_id: str, api: str, body: dict) -> dict:
+        """The request to the group's coordinator; while the coordinator moves or loads its
+        partition (a new `__consumer_offsets` leader), look it up again and retry."""
+        def attempt():
+            response = self.broker.request(api, body, self._coordinator(group_id))
+            code = response.get("error_code", 0) or next(
+                (p["error_code"] for t in response["topics"] for p in t["partitions"]
+                 if p["error_code"] in COORDINATOR_MOVED), 0)
+            if code:
+                raise error_for_code(code, f"{api} for group '{group_id}'")
+            return response
+        return self.broker.retrying(attempt, COORDINATOR_MOVED)
+
     def commit_offsets(self, group_id: str, offsets: dict) -> dict[tuple[str, int], int]:
         """Commit (OffsetCommit, as a consumer that assigns its own partitions: generation âˆ’1).
         Raises CommitFailedError naming every partition the coordinator refused."""
@@ -293,7 +325,7 @@ class RemoteGroupCoordinator:
         body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
                 "group_instance_id": None,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
-        response = self.broker.request("OffsetCommit", body, self._coordinator(group_id))
+        response = self._to_coordinator(group_id, "OffsetCommit", body)
         codes = {(t["name"], p["partition_index"]): p["error_code"]
                  for t in response["topics"] for p in t["partitions"]}
         refused = {tp: code for tp, code in codes.items() if code}
@@ -309,9 +341,7 @@ class RemoteGroupCoordinator:
         body = {"group_id": group_id, "topics": None if partitions is None else [
             {"name": t, "partition_indexes": [p for (t2, p) in partitions if t2 == t]}
             for t in dict.fromkeys(t for t, _ in partitions)]}
-        response = self.broker.request("OffsetFetch", body, self._coordinator(group_id))
-        if response["error_code"]:
-            raise error_for_code(response["error_code"], f"offsets of group '{group_id}'")
+        response = self._to_coordinator(group_id, "OffsetFetch", body)
         found = {}
         for t in response["topics"]:
             for p in t["partitions"]:

@@ -89,7 +89,7 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
     with _open(args) as broker:
         producer = Producer(broker, acks=args.acks, batch_size=args.batch_size,
                             linger_ms=args.linger_ms, compression_type=args.compression_codec)
-        sent = 0
+        futures = []
         for line_no, line in enumerate(inp, start=1):
             line = line.rstrip("\n")
             key = None
@@ -100,12 +100,21 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
                                       f"{line!r}")
             else:
                 value = line
-            producer.send(args.topic, value, key=key, partition=args.partition)
-            sent += 1
+            futures.append((key, value, producer.send(args.topic, value, key=key,
+                                                       partition=args.partition)))
         producer.close()
+        failed = 0
+        for key, value, future in futures:
+            error = future.exception()
+            if error is not None:   # reported per record, as kafka-console-producer does
+                failed += 1
+                sys.stderr.write(f"Error when sending message to topic {args.topic} with key: "
+                                 f"{'null' if key is None else len(key.encode())} bytes, value: "
+                                 f"{len(value.encode())} bytes with error: {error}\n")
         if args.verbose:
-            out.write(f"sent {sent} record(s) in {producer.batches_sent} batch(es)\n")
-    return 0
+            out.write(f"sent {len(futures) - failed} record(s) in {producer.batches_sent} "
+                      f"batch(es)\n")
+    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------------------ kstore consume

@@ -1490,7 +1490,7 @@ def test_oversized_and_negative_size_prefixes_close_the_connection_at_once(fault
 def test_unknown_api_keys_keep_the_connection_usable_on_the_process_broker(fault_env):
     mark = fault_env.healthy.mark()
     with Conn(fault_env.sp.port) as c:
-        for i, key in enumerate((19, 37, 60, 999, -7)):
+        for i, key in enumerate((20, 42, 60, 999, -7)):   # DeleteTopics, DeleteGroups, ...
             c.sock.sendall(header_v1_frame(key, 0, 900 + i, b"\x01\x02"))
             assert c.recv_frame() == struct.pack(">ih", 900 + i, E["UNSUPPORTED_VERSION"])
             still_usable(c)
@@ -1523,6 +1523,13 @@ def fuzz_templates(rng: random.Random) -> list[bytes]:
         bodies.append((API["OffsetCommit"], v, {"group_id": "fuzz-group", "topics": [
             {"name": "sink", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                               "committed_metadata": "m"}]}]}))
+    for v in range(0, 3):
+        bodies.append((API["ListGroups"], v, {}))
+    for v in range(1, 4):
+        bodies.append((API["DescribeConfigs"], v, {"resources": [
+            {"resource_type": 2, "resource_name": "stable", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "", "configuration_keys": ["num.partitions"]}],
+            "include_synonyms": True, "include_documentation": True}))
     for v in range(0, 2):
         bodies.append((API["InitProducerId"], v, {"transactional_id": None, "transaction_timeout_ms": 1000}))
     for v in range(3, 9):

@@ -151,3 +151,41 @@ def test_three_processes_replicate_and_survive_a_killed_leader(cluster):
     consumer.assign([tp])
     assert [m.value for m in consumer] == [v for _, v in expected[30:]]   # resumes at the commit
     consumer.close()
+
+
+def test_the_cli_tools_work_against_the_cluster_through_one_bootstrap_broker(cluster):
+    """`kstore topics/produce/consume/get-offsets/consumer-groups --bootstrap-server` given only
+    broker 0: partition requests must reach each partition's leader (spread over the three
+    brokers), commits the group's coordinator."""
+    cluster_dir, nodes = cluster
+    bootstrap = f"127.0.0.1:{nodes[0].port}"
+
+    def kstore(*args, stdin=None):
+        result = subprocess.run([sys.executable, "-m", "kstore", *args], input=stdin, text=True,
+                                capture_output=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    kstore("topics", "--bootstrap-server", bootstrap, "--create", "--topic", "spread",
+           "--partitions", "3", "--replication-factor", "3")
+    rows = wait_for(lambda: (lines := kstore("topics", "--bootstrap-server", bootstrap,
+                                             "--describe", "--topic", "spread").splitlines())
+                    and all("Isr: " in r and len(r.split("Isr: ")[1].split(",")) == 3
+                            for r in lines[1:]) and lines, 30, "three in-sync replicas each")
+    assert rows[0] == "Topic: spread\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: "
+    leaders = {int(r.split("Leader: ")[1].split("\t")[0]) for r in rows[1:]}
+    assert leaders == {0, 1, 2}     # so two of the three partitions are led by other brokers
+
+    kstore("produce", "--bootstrap-server", bootstrap, "--topic", "spread", "--property",
+           "parse.key=true", "--property", "key.separator=:",
+           stdin="".join(f"k{i}:v{i}\n" for i in range(30)))
+    out = kstore("consume", "--bootstrap-server", bootstrap, "--topic", "spread", "--group", "g",
+                 "--from-beginning", "--max-messages", "30")
+    assert sorted(out.split()) == sorted(f"v{i}" for i in range(30))
+    ends = kstore("get-offsets", "--bootstrap-server", bootstrap, "--topic", "spread").split()
+    assert sum(int(line.rsplit(":", 1)[1]) for line in ends) == 30
+    described = kstore("consumer-groups", "--bootstrap-server", bootstrap, "--describe",
+                       "--group", "g").split("\n")
+    lags = [line.split() for line in described if line.startswith("g ")]
+    assert len(lags) == 3 and all(row[3] == row[4] and row[5] == "0" for row in lags)
+    assert kstore("consumer-groups", "--bootstrap-server", bootstrap, "--list").split() == ["g"]

@@ -148,6 +148,11 @@ class RemoteBroker:
         return [t["name"] for t in self._metadata(None)["topics"]
                 if t["error_code"] == 0 and (include_internal or not t["is_internal"])]
 
+    def topic_partition_counts(self) -> dict[str, int]:
+        """topic -> partition count, for every topic (one Metadata request, never creating one)."""
+        return {t["name"]: len(t["partitions"]) for t in self._metadata(None)["topics"]
+                if t["error_code"] == 0}
+
     def partition_count(self, topic: str) -> int:
         return len(self._topic_metadata(topic)["partitions"])
 
@@ -225,16 +230,45 @@ class RemoteBroker:
                              before_retry=lambda: self._topic_metadata(topic))
 
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
-        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}]}]}
+        """−2 earliest, −1 latest (the high watermark), −3 max timestamp, or the first offset at
+        or after a timestamp (offset −1: none)."""
+        return self.list_offsets_many({(topic, partition): timestamp})[(topic, partition)]
 
-        def send(leader):
-            part = self.request("ListOffsets", body, leader)["topics"][0]["partitions"][0]
-            if part["error_code"]:
-                raise error_for_code(part["error_code"], f"ListOffsets {topic}-{partition}")
-            epoch = part["leader_epoch"]
-            return TimestampAndOffset(part["timestamp"], part["offset"], None if epoch < 0 else epoch)
-        return self._to_leader(topic, partition, send)
+    def list_offsets_many(self, requests: dict[tuple[str, int], int]
+                          ) -> dict[tuple[str, int], TimestampAndOffset]:
+        """`list_offsets` for many partitions: one ListOffsets request per leader (all again, with
+        fresh metadata, if a leader has moved)."""
+        for tp in requests:
+            self._leader(*tp)   # a partition Metadata does not list fails at once
+
+        def attempt():
+            by_leader: dict[int, list[tuple[str, int]]] = {}
+            for tp in requests:
+                by_leader.setdefault(self._leader(*tp), []).append(tp)
+            found = {}
+            for leader, tps in by_leader.items():
+                found.update(self._list_offsets_at(leader, tps, requests))
+            return {tp: found[tp] for tp in requests}
+        topics = sorted({t for t, _ in requests})
+        return self.retrying(attempt, LEADER_MOVED, before_retry=lambda: self._metadata(topics))
+
+    def _list_offsets_at(self, leader: int, tps, requests) -> dict:
+        by_topic: dict[str, list] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append({"partition_index": p, "current_leader_epoch": -1,
+                                               "timestamp": requests[(t, p)]})
+        body = {"replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        out = {}
+        for topic in self.request("ListOffsets", body, leader)["topics"]:
+            for part in topic["partitions"]:
+                tp = (topic["name"], part["partition_index"])
+                if part["error_code"]:
+                    raise error_for_code(part["error_code"], f"ListOffsets {tp[0]}-{tp[1]}")
+                epoch = part["leader_epoch"]
+                out[tp] = TimestampAndOffset(part["timestamp"], part["offset"],
+                                             None if epoch < 0 else epoch)
+        return out
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1048576,
               isolation: str = Isolation.HIGH_WATERMARK, max_wait_ms: int = 0) -> FetchResult:
@@ -255,9 +289,11 @@ class RemoteBroker:
                                part["log_start_offset"])
         return self._to_leader(topic, partition, send)
 
-    def produce(self, topic: str, partition: int, records: bytes, acks=-1) -> ProduceAck:
+    def produce(self, topic: str, partition: int, records: bytes, acks=-1,
+                timeout_ms: int | None = None) -> ProduceAck:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
-        body = {"transactional_id": None, "acks": acks, "timeout_ms": int(self.timeout_s * 1000),
+        timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
                 "topic_data": [{"name": topic, "partition_data": [{"index": partition,
                                                                     "records": records}]}]}
 
@@ -332,7 +368,9 @@ class RemoteGroupCoordinator:
         if refused:
             (tp, code), *_ = refused.items()
             listing = ", ".join(f"{t}-{p}: {P_NAMES.get(c, c)}" for (t, p), c in refused.items())
-            error = CommitFailedError(f"commit for group '{group_id}' refused: {listing}")
+            # As in Kafka, the coordinator answers per partition: the others were committed.
+            error = CommitFailedError(f"commit for group '{group_id}' refused for {listing}; "
+                                      f"{len(codes) - len(refused)} other partition(s) committed")
             error.error_code = code
             raise error
         return {tp: om.offset for tp, om in committed.items()}

@@ -106,49 +106,48 @@ class LogDirBackend(Backend):
 
 
 class NetworkBackend(Backend):
-    """Reads through `kstore serve` with Kafka's protocol (Fetch returns the same batch bytes)."""
+    """Reads through `kstore serve` with Kafka's protocol (Fetch returns the same batch bytes).
+    `RemoteBroker` sends each partition's requests to its leader, so a cluster works too."""
 
     FETCH_BYTES = 8 * 1024 * 1024
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0):
-        from .client import WireClient
+        from ..remote_broker import RemoteBroker
         self.location = Location(bootstrap_servers=bootstrap_servers, timeout_ms=int(timeout_s * 1000))
-        self.client = WireClient(bootstrap_servers, timeout_s)
+        self.client = RemoteBroker(bootstrap_servers, client_id="kstore-spark", timeout_s=timeout_s)
 
     def close(self) -> None:
         self.client.close()
 
     def topic_partitions(self):
-        return self.client.topic_partitions()
+        return self.client.topic_partition_counts()
 
     def offset_ranges(self, tps):
         tps = list(tps)
         if not tps:
             return {}
-        earliest = self.client.list_offsets({tp: -2 for tp in tps})
-        latest = self.client.list_offsets({tp: -1 for tp in tps})
-        return {tp: (earliest[tp], latest[tp]) for tp in tps}
+        earliest = self.client.list_offsets_many({tp: -2 for tp in tps})
+        latest = self.client.list_offsets_many({tp: -1 for tp in tps})
+        return {tp: (earliest[tp].offset, latest[tp].offset) for tp in tps}
 
     def offsets_for_times(self, requests):
         if not requests:
             return {}
-        found = self.client.list_offsets(dict(requests))
-        return {tp: (None if off < 0 else off) for tp, off in found.items()}
+        found = self.client.list_offsets_many(dict(requests))
+        return {tp: (None if f.offset < 0 else f.offset) for tp, f in found.items()}
 
     def read_arrow(self, topic, partition, start, end, include_headers):
-        from .client import BrokerError
-        from .. import protocol as P
+        from ..errors import OffsetOutOfRangeError
         builder = ColumnBuilder(topic, partition, include_headers)
         offset = start
         while offset < end:
-            response = self.client.fetch(topic, partition, offset, self.FETCH_BYTES)
-            code = response["error_code"]
-            if code == P.ERRORS["OFFSET_OUT_OF_RANGE"]:
+            try:
+                fetched = self.client.fetch(topic, partition, offset, self.FETCH_BYTES)
+            except OffsetOutOfRangeError:
+                earliest = self.client.list_offsets(topic, partition, -2).offset
                 raise DataUnavailable(f"offset {offset} of {topic}-{partition} is out of range "
-                                      f"(log start offset {response['log_start_offset']})")
-            if code:
-                raise BrokerError(code, f"Fetch {topic}-{partition} at offset {offset}")
-            records = response["records"] or b""
+                                      f"(log start offset {earliest})") from None
+            records = fetched.data.buffer
             spans = list(batch_spans(records))
             if not spans:
                 break                      # nothing more below the high watermark

@@ -481,13 +481,13 @@ class NetworkAppender(_CommitState):
         self._lock_fd = None
 
     def __enter__(self):
-        from .client import WireClient
+        from ..remote_broker import RemoteBroker
         if self.idempotent:   # the marker file is only needed to remember batch ids
             os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
             self._lock_fd = os.open(self._state_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        self.client = WireClient(self.opts.location.bootstrap_servers,
-                                 self.opts.location.timeout_ms / 1000)
+        self.client = RemoteBroker(self.opts.location.bootstrap_servers, client_id="kstore-spark",
+                                   timeout_s=self.opts.location.timeout_ms / 1000)
         return self
 
     def __exit__(self, *exc):
@@ -499,7 +499,9 @@ class NetworkAppender(_CommitState):
             self._lock_fd = None
 
     def log_end_offsets(self, tps):
-        return self.client.list_offsets({tp: -1 for tp in tps}) if tps else {}
+        if not tps:
+            return {}
+        return {tp: f.offset for tp, f in self.client.list_offsets_many({tp: -1 for tp in tps}).items()}
 
     def append(self, tp, data: bytes) -> None:
         self.client.produce(tp[0], tp[1], data, acks=-1, timeout_ms=self.opts.location.timeout_ms)

@@ -23,6 +23,9 @@ def raise_for(code: int, what: str) -> None:
         raise error_for_code(code, what)
 
 
+MAX_RESPONSE_SIZE = 256 * 1024 * 1024   # a larger size prefix is not a Kafka response
+
+
 class KafkaConnection:
     def __init__(self, host: str, port: int, client_id: str = "kstore", timeout: float = 10.0):
         self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
@@ -52,10 +55,16 @@ class KafkaConnection:
                 if not expect_response:
                     return None
                 (size,) = struct.unpack(">i", self._recv(sock, 4))
+                if not 4 <= size <= MAX_RESPONSE_SIZE:
+                    raise P.ProtocolError(f"a response size of {size} bytes")
                 correlation, response = P.decode_response(api_key, version, self._recv(sock, size))
             except (OSError, struct.error) as e:
                 self.close()
                 raise BrokerNotAvailableError(f"{self.host}:{self.port}: {e}") from None
+            except P.ProtocolError as e:   # e.g. the port belongs to something else than Kafka
+                self.close()
+                raise KStoreError(f"{self.host}:{self.port} did not answer like a Kafka broker: "
+                                  f"{e}") from None
             if correlation != self._correlation:
                 self.close()
                 raise KStoreError(f"correlation id {correlation} answers request {self._correlation}")

@@ -9,7 +9,8 @@ the same results and the same exception classes, so the tools' code, and their o
 Routing, as Kafka's clients do it: partition requests (Produce, Fetch, ListOffsets) go to the
 partition's leader named by Metadata; offset commits and fetches go to the group's coordinator
 (FindCoordinator); ListGroups asks every broker; the other admin requests go to any broker (here
-the bootstrap one). A NOT_LEADER_OR_FOLLOWER answer refreshes the metadata and retries once.
+the bootstrap one). Retriable errors (a moved or not yet ready leader or coordinator) refresh the
+metadata and retry, 100 ms apart, for up to the request timeout, as Kafka's clients do.
 
 Where it differs from Kafka's clients: classic (non-flexible) protocol versions only, so Metadata
 carries no topic id (`describe_topic` leaves it empty, and the describe output omits it, as
@@ -68,7 +69,8 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     for address in (a.strip() for a in servers.split(",")):
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise KStoreError(f"--bootstrap-server takes HOST:PORT[,HOST:PORT...], got {address!r}")
+            raise KStoreError(f"bootstrap servers are HOST:PORT[,HOST:PORT...], not {address!r} "
+                              f"in {servers!r}")
         out.append((host, int(port)))
     return out
 

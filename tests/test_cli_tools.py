@@ -5,8 +5,10 @@ consumer-groups — each test twice, offline on a log directory (`--log-dir`) an
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -250,7 +252,7 @@ def test_a_live_consumer_waits_for_new_records(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--bootstrap-server", "127.0.0.1:1"], "no broker reachable at 127.0.0.1:1"),
-    (["--bootstrap-server", "localhost"], "--bootstrap-server takes HOST:PORT"),
+    (["--bootstrap-server", "localhost"], "bootstrap servers are HOST:PORT"),
     (["--bootstrap-server", "127.0.0.1:1", "--log-dir", "x"], "not allowed with argument"),
     ([], "one of the arguments --log-dir --bootstrap-server is required"),
 ])
@@ -258,6 +260,27 @@ def test_where_to_connect_is_checked(args, message):
     result = kstore("topics", "--list", *args, check=False)
     assert result.returncode in (1, 2) and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_port_that_is_not_a_kafka_broker_gets_a_clear_error():
+    """Something else listens (an HTTP-ish server answering garbage): one line, no traceback."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def answer():
+        conn, _ = listener.accept()
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        result = kstore("topics", "--bootstrap-server", f"127.0.0.1:{listener.getsockname()[1]}",
+                        "--list", check=False)
+    finally:
+        listener.close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "did not answer like a Kafka broker" in result.stderr, result.stderr
 
 
 def test_produce_to_an_unknown_topic_with_auto_creation_off(tmp_path):

@@ -106,5 +106,5 @@ def test_acks_zero_gets_no_answer_and_still_lands(remote):
 
 @pytest.mark.parametrize("servers", ["localhost", "host:port", ":9092", "h:0", "h:70000", "a:1,,b:2"])
 def test_bad_bootstrap_lists_are_named(servers):
-    with pytest.raises(KStoreError, match="--bootstrap-server takes HOST:PORT"):
+    with pytest.raises(KStoreError, match="bootstrap servers are HOST:PORT"):
         parse_bootstrap(servers)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .config import ConfigEntry, config_entries
-from .errors import InvalidReplicaAssignmentError, InvalidRequestError, KStoreError
+from .errors import InvalidReplicaAssignmentError, InvalidRequestError, KStoreError, error_code
 
 # DescribeConfigsRequest resource types and ConfigSource / ConfigType codes (DescribeConfigsResponse)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -25,8 +25,14 @@ CONFIG_SOURCE = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_
 CONFIG_TYPE = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
 
-def _failure(e: KStoreError) -> tuple[int, str]:
-    return getattr(e, "error_code", -1), str(e)
+def _answer(result: dict, action) -> dict:
+    """`result` after running `action(result)`: a refusal becomes its error code and message, so
+    one bad topic or resource never fails the others in the request."""
+    try:
+        action(result)
+    except KStoreError as e:
+        result["error_code"], result["error_message"] = error_code(e), str(e)
+    return result
 
 
 class AdminApis:
@@ -35,18 +41,16 @@ class AdminApis:
     # ------------------------------------------------------------------ CreateTopics
     async def _create_topics(self, version, body, header) -> dict:
         counts = Counter(t["name"] for t in body["topics"])
-        results = []
-        for topic in body["topics"]:
-            result = {"name": topic["name"], "error_code": 0, "error_message": None}
-            try:
-                if counts[topic["name"]] > 1:   # Kafka refuses every copy of a repeated name
-                    raise InvalidRequestError(f"topic '{topic['name']}' is named more than once "
-                                              f"in the request")
-                self._create_topic(topic, body.get("validate_only", False))
-            except KStoreError as e:
-                result["error_code"], result["error_message"] = _failure(e)
-            results.append(result)
-        return {"throttle_time_ms": 0, "topics": results}
+        validate_only = body.get("validate_only", False)
+
+        def create(topic: dict, result: dict) -> None:
+            if counts[topic["name"]] > 1:   # Kafka refuses every copy of a repeated name
+                raise InvalidRequestError(f"topic '{topic['name']}' is named more than once "
+                                          f"in the request")
+            self._create_topic(topic, validate_only)
+        return {"throttle_time_ms": 0, "topics": [
+            _answer({"name": t["name"], "error_code": 0, "error_message": None},
+                    lambda result, t=t: create(t, result)) for t in body["topics"]]}
 
     def _create_topic(self, topic: dict, validate_only: bool) -> None:
         if topic["assignments"]:
@@ -62,39 +66,29 @@ class AdminApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     async def _create_partitions(self, version, body, header) -> dict:
-        results = []
-        for topic in body["topics"]:
-            result = {"name": topic["name"], "error_code": 0, "error_message": None}
-            try:
-                if topic["assignments"] is not None:
-                    raise InvalidReplicaAssignmentError(
-                        "kstore places the new partitions' replicas itself: send no assignments")
-                self.broker.create_partitions(topic["name"], topic["count"],
-                                              validate_only=body["validate_only"])
-            except KStoreError as e:
-                result["error_code"], result["error_message"] = _failure(e)
-            results.append(result)
-        return {"throttle_time_ms": 0, "results": results}
+        def grow(topic: dict, result: dict) -> None:
+            if topic["assignments"] is not None:
+                raise InvalidReplicaAssignmentError(
+                    "kstore places the new partitions' replicas itself: send no assignments")
+            self.broker.create_partitions(topic["name"], topic["count"],
+                                          validate_only=body["validate_only"])
+        return {"throttle_time_ms": 0, "results": [
+            _answer({"name": t["name"], "error_code": 0, "error_message": None},
+                    lambda result, t=t: grow(t, result)) for t in body["topics"]]}
 
     # ------------------------------------------------------------------ DescribeConfigs
     async def _describe_configs(self, version, body, header) -> dict:
-        results = []
-        for resource in body["resources"]:
-            result = {"error_code": 0, "error_message": None, "configs": [],
-                      "resource_type": resource["resource_type"],
-                      "resource_name": resource["resource_name"]}
-            try:
-                wanted = resource["configuration_keys"]
-                result["configs"] = [
-                    self._config_result(entry, body,
-                                        read_only=resource["resource_type"] == BROKER_RESOURCE)
-                    for entry in self._config_entries(resource["resource_type"],
-                                                      resource["resource_name"])
-                    if wanted is None or entry.name in wanted]
-            except KStoreError as e:
-                result["error_code"], result["error_message"] = _failure(e)
-            results.append(result)
-        return {"throttle_time_ms": 0, "results": results}
+        def describe(resource: dict, result: dict) -> None:
+            wanted = resource["configuration_keys"]
+            read_only = resource["resource_type"] == BROKER_RESOURCE
+            result["configs"] = [
+                self._config_result(entry, body, read_only)
+                for entry in self._config_entries(resource["resource_type"], resource["resource_name"])
+                if wanted is None or entry.name in wanted]
+        return {"throttle_time_ms": 0, "results": [
+            _answer({"error_code": 0, "error_message": None, "configs": [],
+                     "resource_type": r["resource_type"], "resource_name": r["resource_name"]},
+                    lambda result, r=r: describe(r, result)) for r in body["resources"]]}
 
     def _config_entries(self, resource_type: int, name: str) -> list[ConfigEntry]:
         defaults = self.broker.logs.default_config

@@ -4,6 +4,8 @@ Every message says what was wrong and with which value, so a learner (or a test)
 problems apart without reading a stack trace. Kafka's class is given in each docstring.
 """
 
+import functools
+
 
 class KStoreError(Exception):
     """Base class of every kstore error."""
@@ -172,6 +174,12 @@ class NotCoordinatorError(KStoreError):
     error_code = 16
 
 
+def error_code(e: BaseException) -> int:
+    """Kafka's error code for an exception (UNKNOWN_SERVER_ERROR for one kstore did not expect)."""
+    return getattr(e, "error_code", -1)
+
+
+@functools.cache
 def _by_code() -> dict[int, type]:
     """Kafka error code -> the kstore class raised for it (the first class to claim a code wins)."""
     found: dict[int, type] = {}
@@ -189,8 +197,7 @@ def error_for_code(code: int, message: str) -> KStoreError:
     """The exception a client raises for an error code in a response: the class the broker raised
     for it (so `except UnknownTopicOrPartitionError` works the same offline and over the network),
     else KStoreError. The message ends with Kafka's name for the code."""
-    from .protocol import ERRORS
-    name = {c: n for n, c in ERRORS.items()}.get(code, "UNKNOWN")
-    error = _by_code().get(code, KStoreError)(f"{message} ({name})")
+    from .protocol import ERROR_NAMES
+    error = _by_code().get(code, KStoreError)(f"{message} ({ERROR_NAMES.get(code, 'UNKNOWN')})")
     error.error_code = code
     return error

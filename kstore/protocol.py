@@ -117,6 +117,7 @@ ERRORS: dict[str, int] = {
     "INVALID_RECORD": 87, "UNSTABLE_OFFSET_COMMIT": 88, "THROTTLING_QUOTA_EXCEEDED": 89,
     "PRODUCER_FENCED": 90,
 }
+ERROR_NAMES: dict[int, str] = {code: name for name, code in ERRORS.items()}
 
 
 # ---- the schema model: Kafka's message JSON, as Python data ----

@@ -52,15 +52,6 @@ class ProduceAck:
     """What the producer needs from a ProduceResponse (the fields of LogAppendInfo it reads)."""
     first_offset: int
     log_append_time: int
-    log_start_offset: int
-
-
-class FetchedRecords(MemoryRecords):
-    """The record bytes of one partition of a FetchResponse (FetchDataInfo's `.batches()`)."""
-
-    @property
-    def size(self) -> int:
-        return len(self.buffer)
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -286,7 +277,7 @@ class RemoteBroker:
             part = self.request("Fetch", body, leader)["responses"][0]["partitions"][0]
             if part["error_code"]:
                 raise error_for_code(part["error_code"], f"fetch {topic}-{partition} at {offset}")
-            return FetchResult(topic, partition, FetchedRecords(bytes(part["records"] or b"")),
+            return FetchResult(topic, partition, MemoryRecords(bytes(part["records"] or b"")),
                                part["high_watermark"], part["last_stable_offset"],
                                part["log_start_offset"])
         return self._to_leader(topic, partition, send)
@@ -302,13 +293,12 @@ class RemoteBroker:
         def send(leader):
             response = self.request("Produce", body, leader, expect_response=acks != 0)
             if response is None:   # acks=0: the broker does not answer, the offset is unknown
-                return ProduceAck(-1, -1, -1)
+                return ProduceAck(-1, -1)
             part = response["responses"][0]["partition_responses"][0]
             if part["error_code"]:
                 raise error_for_code(part["error_code"], part["error_message"]
                                      or f"produce to {topic}-{partition}")
-            return ProduceAck(part["base_offset"], part["log_append_time_ms"],
-                              part["log_start_offset"])
+            return ProduceAck(part["base_offset"], part["log_append_time_ms"])
         return self._to_leader(topic, partition, send)
 
     # ------------------------------------------------------------------ groups
@@ -368,12 +358,11 @@ class RemoteGroupCoordinator:
                  for t in response["topics"] for p in t["partitions"]}
         refused = {tp: code for tp, code in codes.items() if code}
         if refused:
-            (tp, code), *_ = refused.items()
-            listing = ", ".join(f"{t}-{p}: {P_NAMES.get(c, c)}" for (t, p), c in refused.items())
+            listing = ", ".join(f"{t}-{p}: {P.ERROR_NAMES.get(c, c)}" for (t, p), c in refused.items())
             # As in Kafka, the coordinator answers per partition: the others were committed.
             error = CommitFailedError(f"commit for group '{group_id}' refused for {listing}; "
                                       f"{len(codes) - len(refused)} other partition(s) committed")
-            error.error_code = code
+            error.error_code = next(iter(refused.values()))
             raise error
         return {tp: om.offset for tp, om in committed.items()}
 
@@ -406,5 +395,3 @@ class RemoteGroupCoordinator:
             names.update(g["group_id"] for g in response["groups"])
         return sorted(names)
 
-
-P_NAMES = {code: name for name, code in P.ERRORS.items()}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from . import protocol as P
 from .admin_apis import AdminApis
 from .broker import Broker, normalize_acks
-from .errors import (CorruptRecordError, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
+from .errors import (CorruptRecordError, error_code, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
                      NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .file_records import FileSlice
 from .group_coordinator import OffsetAndMetadata, java_length
@@ -49,10 +49,6 @@ class ServerStats:
     closed_for_errors: int = 0
     bytes_sent_sendfile: int = 0
     bytes_sent_copy: int = 0
-
-
-def error_code(e: BaseException) -> int:
-    return getattr(e, "error_code", E["UNKNOWN_SERVER_ERROR"])
 
 
 class KafkaServer(AdminApis):

@@ -261,6 +261,10 @@ _BROKER_KEYS = [
               "Create a topic on its first produce."),
     ConfigKey("default.replication.factor", "int", 1, at_least(1),
               "Replication factor of an auto-created topic."),
+    ConfigKey("producer.id.expiration.ms", "int", 86400000, at_least(1),
+              "A partition forgets an idempotent producer idle this long."),
+    ConfigKey("producer.id.expiration.check.interval.ms", "int", 600000, at_least(1),
+              "How often partitions look for expired producer ids."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

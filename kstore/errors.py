@@ -115,6 +115,19 @@ class CommitFailedError(KStoreError):
     """A commit was refused: every problem is listed and nothing was written."""
 
 
+# ---- idempotent producers (ProducerAppendInfo's checks) ----
+
+class OutOfOrderSequenceError(KStoreError):
+    """A producer batch does not follow the producer's last sequence (OutOfOrderSequenceException)."""
+    error_code = 45
+
+
+class InvalidProducerEpochError(KStoreError):
+    """A producer batch carries an epoch older than the one the partition has seen
+    (InvalidProducerEpochException)."""
+    error_code = 47
+
+
 # Kafka's codes for the engine's errors, for the wire protocol.
 CorruptRecordError.error_code = 2           # CORRUPT_MESSAGE
 OffsetOutOfRangeError.error_code = 1

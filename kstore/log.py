@@ -34,7 +34,7 @@ from .errors import (CorruptRecordError, InvalidRecordError, LogError, OffsetOut
                      RecordBatchTooLargeError, RecordTooLargeError)
 from .events import EventBus
 from .leader_epoch import LeaderEpochFileCache
-from .producer_state import ProducerStateManager
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from . import retention
 from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
@@ -70,6 +70,7 @@ class LogAppendInfo:
     valid_bytes: int
     source_compression: Compression
     rolled: bool = False
+    duplicate: bool = False   # an idempotent producer's retry: nothing appended, first offsets
 
 
 def parse_topic_partition(directory: str) -> tuple[str, int]:
@@ -108,6 +109,7 @@ class Log:
             high_watermark = self._next_offset if single_replica else self._log_start_offset
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
         self._producer_state: ProducerStateManager | None = None   # built on first use
+        self.producer_id_expiration_ms = DEFAULT_PRODUCER_ID_EXPIRATION_MS
         self._pending_deletes: list[LogSegment] = []   # renamed `.deleted`, handles still open
         self.modification_count = 0   # bumped by truncation and deletion; the cleaner checks it
         self.closed = False
@@ -201,13 +203,27 @@ class Log:
 
     @property
     def producer_state(self) -> ProducerStateManager:
-        """The last batch of each producer id, rebuilt from batch headers when first needed."""
+        """The idempotent producers' state, built when first needed: the newest `.snapshot` file
+        at or below the LEO, then the batch headers above it (UnifiedLog.rebuildProducerState)."""
         with self._lock:
             if self._producer_state is None:
-                state = ProducerStateManager()
-                state.rebuild(b for seg in self.segments for b in seg.log.batch_headers())
+                state = ProducerStateManager(self.dir, self.producer_id_expiration_ms)
+                start = state.load(self._log_start_offset, self._next_offset,
+                                   self.clock.milliseconds())
+                for segment in self.segments:
+                    following = self.higher_segment(segment.base_offset)
+                    if following is None or following.base_offset > start:
+                        for batch in segment.log.batch_headers():
+                            if batch.base_offset >= start:
+                                state.update(batch)
+                state.map_end_offset = self._next_offset
                 self._producer_state = state
             return self._producer_state
+
+    def remove_expired_producers(self) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms (the periodic expiration check)."""
+        with self._lock:
+            return self.producer_state.remove_expired(self.clock.milliseconds())
 
     # ------------------------------------------------------------------ segments
     @property
@@ -284,6 +300,13 @@ class Log:
                 return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset,
                                      0, 0, Compression.NONE)
             del buf[valid_bytes:]  # drop a partial trailing batch (trimInvalidBytes)
+            if assign_offsets and any(b.producer_id >= 0 for b in batches):
+                duplicate = self.producer_state.check_append(batches)
+                if duplicate is not None:   # a retry: answer with the first append's offsets
+                    return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                         duplicate.timestamp, duplicate.last_offset, NO_TIMESTAMP,
+                                         self._log_start_offset, 0, 0, Compression.NONE,
+                                         duplicate=True)
             if assign_offsets:
                 buf = self._assign_offsets(buf, batches, leader_epoch, now)
                 batches = MemoryRecords(bytes(buf)).batches()
@@ -439,6 +462,7 @@ class Log:
                                       init_file_size=self.config.initial_file_size,
                                       preallocate=self.config.preallocate, roll_jitter_ms=jitter)
             self._add_segment(segment)
+            self.producer_state.take_snapshot(new_offset)
             # Kafka flushes the rolled segments asynchronously; kstore does it right away.
             self.flush(new_offset)
             self.events.emit("roll", self.dir, new_segment=new_offset, old_segment=active.base_offset
@@ -568,7 +592,7 @@ class Log:
                 self._delete_segment_files(self._remove_segment(base))
             truncated = self.active_segment.truncate_to(target_offset)
             self._next_offset = target_offset
-            self._producer_state = None
+            self._reset_producer_state(keep_snapshots_up_to=target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
@@ -591,13 +615,18 @@ class Log:
                                       preallocate=self.config.preallocate)
             self._add_segment(segment)
             self.leader_epoch_cache.clear()
-            self._producer_state = None
+            self._reset_producer_state(keep_snapshots_up_to=-1)
             self._next_offset = new_offset
             self._log_start_offset = new_offset
             self._recovery_point = new_offset
             self._high_watermark = new_offset
             self.events.emit("truncate", self.dir, target_offset=new_offset,
                              old_log_end_offset=old_leo, full=True)
+
+    def _reset_producer_state(self, keep_snapshots_up_to: int) -> None:
+        """After a truncation: drop the snapshots above the new end; rebuild when next needed."""
+        ProducerStateManager(self.dir).delete_snapshots(lambda o: o <= keep_snapshots_up_to)
+        self._producer_state = None
 
     def _delete_segment_files(self, segment: LogSegment, reason: str = "truncation") -> None:
         """Rename to `.deleted` now; remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles).
@@ -658,7 +687,9 @@ class Log:
             self._remove_segment(segment.base_offset)
             self._delete_segment_files(segment, reason)
         self.maybe_increment_log_start_offset(self.segments[0].base_offset, reason)
-        self._producer_state = None
+        # Kafka keeps the producers' state (until it expires) but not the deleted segments' snapshots
+        gone = {s.base_offset for s in to_delete}
+        ProducerStateManager(self.dir).delete_snapshots(lambda o: o not in gone)
         return len(deletable)
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
@@ -680,8 +711,9 @@ class Log:
                 self._delete_segment_files(old, "replaced by cleaned segment")
             for segment in new_sorted:
                 segment.change_file_suffixes(SWAP_SUFFIX, "")
-            fsync_dir(self.dir)
-            self._producer_state = None
+            fsync_dir(self.dir)   # producer state stays: the cleaner keeps each producer's last batch
+            replaced = {o.base_offset for o in old_sorted} - {n.base_offset for n in new_sorted}
+            ProducerStateManager(self.dir).delete_snapshots(lambda o: o not in replaced)
 
     # ------------------------------------------------------------------ durability
     def flush(self, offset: int | None = None) -> None:
@@ -712,6 +744,7 @@ class Log:
                 return
             if flush:
                 self.flush()
+                self.producer_state.take_snapshot(self._next_offset)   # clean shutdown
             for segment in self.segments:
                 segment.close()
             for segment in self._pending_deletes:   # removed at the next load

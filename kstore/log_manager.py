@@ -87,6 +87,7 @@ class LogManager:
                                       had_clean_shutdown=self.had_clean_shutdown,
                                       events=self.events, scheduler=self.scheduler,
                                       single_replica=self.single_replica)
+            self._logs[tp].producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
         if self.had_clean_shutdown:
             os.remove(marker)  # from now on a crash must trigger recovery
 
@@ -111,6 +112,7 @@ class LogManager:
             log = Log.open(path, self.config_for(topic), self.clock, events=self.events,
                            scheduler=self.scheduler, had_clean_shutdown=True,
                            single_replica=self.single_replica)
+            log.producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
             self._logs[(topic, partition)] = log
             return log
 
@@ -146,6 +148,18 @@ class LogManager:
         """Schedule the retention task every log.retention.check.interval.ms."""
         self._start_task("kafka-log-retention", self.run_retention,
                          self.broker_config["log.retention.check.interval.ms"])
+
+    def start_producer_expiration(self) -> None:
+        """Schedule the producer id expiration check every
+        producer.id.expiration.check.interval.ms."""
+        self._start_task("PeriodicProducerExpirationCheck", self.remove_expired_producers,
+                         self.broker_config["producer.id.expiration.check.interval.ms"])
+
+    def remove_expired_producers(self) -> int:
+        """Every log forgets its producers idle for producer.id.expiration.ms; returns how many."""
+        with self._lock:
+            return sum(len(log.remove_expired_producers())
+                       for log in list(self._logs.values()) if not log.closed)
 
     # ---- compaction
     @property

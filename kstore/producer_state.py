@@ -1,53 +1,203 @@
-"""The last batch each idempotent producer wrote to a partition.
+"""What each idempotent producer last wrote to a partition, and the checks a leader makes with it.
 
-A small part of Kafka's `ProducerStateManager`: for every producer id it keeps the epoch, the last
-sequence and the offset of the last data batch. The cleaner needs it to keep the batch holding a
-producer's last sequence (even when compaction empties it), and idempotent producers need it to spot
-duplicates. Rebuilt from batch headers when a log is loaded or truncated.
+Mirrors Kafka's `ProducerStateManager` with `ProducerStateEntry`, `BatchMetadata` and the checks of
+`ProducerAppendInfo`. For every producer id the partition keeps the epoch and the metadata of the
+producer's last 5 batches (first/last sequence, first/last offset). On a leader append of a client
+batch (`check_append`):
 
-kstore differs from Kafka: no snapshot files are written and producer ids never expire
-(Kafka expires them after `producer.id.expiration.ms` of inactivity).
+* a batch whose epoch and exact sequence range match one of the cached 5 is a *duplicate* (the
+  producer retried after losing the response): it is not appended again and the append answers with
+  the offsets the batch got the first time (Kafka answers success, not DUPLICATE_SEQUENCE_NUMBER);
+* an epoch below the producer's current one answers INVALID_PRODUCER_EPOCH (since Kafka 2.7 the
+  produce path says this, not PRODUCER_FENCED, which only the transaction coordinator answers);
+* a new epoch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
+* the same epoch must continue at last sequence + 1 (wrapping from Int.MaxValue to 0), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER;
+* a producer id the partition has no state for is accepted at any sequence (KIP-360: its state may
+  have expired, or been lost with its data): the broker no longer answers UNKNOWN_PRODUCER_ID.
+
+Followers and log loading apply batches without checks (`update`), so a follower that becomes leader
+knows the same producers. The state is written to `<offset>.snapshot` files (`producer_snapshot`)
+at every roll and clean shutdown; loading reads the newest snapshot at or below the log end offset
+and replays the batch headers above it. Producers idle for `producer.id.expiration.ms` are removed
+(`remove_expired`). Retention deleting a producer's batches does not remove its state (Kafka keeps
+it in memory until it expires); snapshots at or below the log start offset are deleted, so after a
+restart a producer known only from deleted data is unknown again.
+
+kstore differs from Kafka: no transactions (no ongoing-transaction tracking, no coordinator epoch
+checks); transactional batches are treated as idempotent ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import Iterable
 
-from .records import NO_PRODUCER_ID, RecordBatch
+from .errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordBatch,
+                      decrement_sequence)
+from . import producer_snapshot
+
+NUM_BATCHES_TO_RETAIN = 5                 # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+INT32_MAX = (1 << 31) - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86400000   # producer.id.expiration.ms
+
+# The decision for an incoming batch (what `decide` answers).
+APPEND = "APPEND"
+DUPLICATE = "DUPLICATE"
+OUT_OF_ORDER_SEQUENCE = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+INVALID_PRODUCER_EPOCH = "INVALID_PRODUCER_EPOCH"
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """One cached batch of a producer (Kafka's BatchMetadata)."""
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
 
 
 @dataclass(frozen=True)
 class ProducerEntry:
+    """One producer's state in one partition (Kafka's ProducerStateEntry)."""
     producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_data_offset: int | None      # None when the producer's last batch was a control batch
-    last_timestamp: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: tuple[BatchMetadata, ...] = ()   # oldest first, at most NUM_BATCHES_TO_RETAIN
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int | None:
+        """None when the producer's last batch was a control batch (or none is cached)."""
+        return self.batches[-1].last_offset if self.batches else None
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """The cached batch with exactly this epoch and sequence range (findDuplicateBatch)."""
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def with_batch(self, epoch: int, batch: BatchMetadata) -> "ProducerEntry":
+        """The entry after a data batch: a new epoch forgets the old epoch's batches."""
+        kept = self.batches if epoch == self.producer_epoch else ()
+        return replace(self, producer_epoch=epoch,
+                       batches=(kept + (batch,))[-NUM_BATCHES_TO_RETAIN:],
+                       last_timestamp=batch.timestamp)
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """`next_seq` follows `last_seq`; after Int.MaxValue comes 0."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def decide(entry: ProducerEntry | None, epoch: int, first_seq: int, last_seq: int
+           ) -> tuple[str, BatchMetadata | None]:
+    """The leader's decision for a client batch of a producer whose state is `entry` (None: unknown).
+
+    Returns (APPEND, None), (DUPLICATE, the cached batch), (OUT_OF_ORDER_SEQUENCE, None) or
+    (INVALID_PRODUCER_EPOCH, None). The order is Kafka's: duplicates first (UnifiedLog checks the
+    cache before validating), then the epoch, then the sequence (ProducerAppendInfo)."""
+    if entry is None:
+        return APPEND, None               # unknown producer: any sequence (KIP-360)
+    duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
+    if duplicate is not None:
+        return DUPLICATE, duplicate
+    if epoch < entry.producer_epoch:
+        return INVALID_PRODUCER_EPOCH, None
+    if epoch != entry.producer_epoch:
+        if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+            return OUT_OF_ORDER_SEQUENCE, None
+        return APPEND, None
+    if entry.producer_epoch == NO_PRODUCER_EPOCH or in_sequence(entry.last_sequence, first_seq):
+        return APPEND, None
+    return OUT_OF_ORDER_SEQUENCE, None
+
+
+def _metadata(batch: RecordBatch) -> BatchMetadata:
+    return BatchMetadata(batch.last_sequence, batch.last_offset, batch.last_offset_delta,
+                         batch.max_timestamp)
 
 
 class ProducerStateManager:
-    def __init__(self) -> None:
+    """The producer entries of one partition, and their snapshot files in `directory` (if given)."""
+
+    def __init__(self, directory: str | None = None,
+                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.dir = directory
+        self.expiration_ms = expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0           # the state covers batches below this offset
+
+    # ---- appends
+    def check_append(self, batches: Iterable[RecordBatch]) -> BatchMetadata | None:
+        """Validate a leader's client append before offsets are assigned. Returns the cached
+        metadata when a batch is a duplicate (the whole append is then skipped); raises
+        OutOfOrderSequenceError or InvalidProducerEpochError. Changes nothing."""
+        pending: dict[int, ProducerEntry | None] = {}
+        for batch in batches:
+            pid = batch.producer_id
+            if pid == NO_PRODUCER_ID or batch.is_control:   # markers come from coordinators
+                continue
+            entry = pending[pid] if pid in pending else self._producers.get(pid)
+            outcome, cached = decide(entry, batch.producer_epoch, batch.base_sequence,
+                                     batch.last_sequence)
+            if outcome == DUPLICATE:
+                return cached
+            if outcome == INVALID_PRODUCER_EPOCH:
+                raise InvalidProducerEpochError(
+                    f"epoch of producer {pid} in the append to {self._where()} is "
+                    f"{batch.producer_epoch}, which is smaller than the last seen epoch "
+                    f"{entry.producer_epoch}")
+            if outcome == OUT_OF_ORDER_SEQUENCE:
+                expected = 0 if batch.producer_epoch != entry.producer_epoch else \
+                    (0 if entry.last_sequence == INT32_MAX else entry.last_sequence + 1)
+                raise OutOfOrderSequenceError(
+                    f"out of order sequence number for producer {pid} (epoch "
+                    f"{batch.producer_epoch}) in the append to {self._where()}: "
+                    f"{batch.base_sequence} (incoming seq. number), expected {expected} "
+                    f"(current end sequence number {entry.last_sequence}, epoch "
+                    f"{entry.producer_epoch})")
+            base = entry or ProducerEntry(pid)
+            pending[pid] = base.with_batch(batch.producer_epoch, _metadata(batch))
+        return None
 
     def update(self, batch: RecordBatch) -> None:
-        if batch.producer_id == NO_PRODUCER_ID:
+        """Apply a batch that is in the log (after a leader append, on a follower, when loading)."""
+        self.map_end_offset = max(self.map_end_offset, batch.next_offset)
+        pid = batch.producer_id
+        if pid == NO_PRODUCER_ID:
             return
-        previous = self._producers.get(batch.producer_id)
+        entry = self._producers.get(pid) or ProducerEntry(pid)
         if batch.is_control:
-            self._producers[batch.producer_id] = ProducerEntry(
-                batch.producer_id, batch.producer_epoch,
-                previous.last_sequence if previous else -1, None, batch.max_timestamp)
+            # a transaction marker: the producer's epoch and time, no data batch to cache
+            self._producers[pid] = replace(entry, producer_epoch=batch.producer_epoch,
+                                           last_timestamp=batch.max_timestamp)
         else:
-            self._producers[batch.producer_id] = ProducerEntry(
-                batch.producer_id, batch.producer_epoch, batch.last_sequence, batch.last_offset,
-                batch.max_timestamp)
+            self._producers[pid] = entry.with_batch(batch.producer_epoch, _metadata(batch))
 
     def rebuild(self, batches: Iterable[RecordBatch]) -> None:
         self._producers.clear()
         for batch in batches:
             self.update(batch)
 
+    # ---- queries
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
@@ -56,3 +206,90 @@ class ProducerStateManager:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    # ---- expiration
+    def is_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        return now_ms - entry.last_timestamp >= self.expiration_ms
+
+    def remove_expired(self, now_ms: int) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms (removeExpiredProducers)."""
+        expired = [pid for pid, e in self._producers.items() if self.is_expired(e, now_ms)]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
+    # ---- snapshot files
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the `.snapshot` files in the directory, ascending."""
+        if self.dir is None or not os.path.isdir(self.dir):
+            return []
+        found = []
+        for name in os.listdir(self.dir):
+            stem, ext = os.path.splitext(name)
+            if ext == producer_snapshot.SUFFIX and stem.isdigit() and len(stem) == 20:
+                found.append(int(stem))
+        return sorted(found)
+
+    def take_snapshot(self, offset: int | None = None) -> str | None:
+        """Write the state as `<offset>.snapshot` (default: the map end offset) unless that file
+        exists (takeSnapshot); returns the path written."""
+        if self.dir is None:
+            return None
+        offset = self.map_end_offset if offset is None else offset
+        path = producer_snapshot.snapshot_path(self.dir, offset)
+        if os.path.exists(path):
+            return None
+        producer_snapshot.write_snapshot_file(path, [self._snapshot_entry(e)
+                                                     for e in self._producers.values()])
+        return path
+
+    def delete_snapshots(self, keep) -> list[int]:
+        """Delete the snapshot files whose offset `keep(offset)` rejects."""
+        deleted = [o for o in self.snapshot_offsets() if not keep(o)]
+        for offset in deleted:
+            try:
+                os.remove(producer_snapshot.snapshot_path(self.dir, offset))
+            except FileNotFoundError:
+                pass
+        return deleted
+
+    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> int:
+        """Drop snapshots outside (log start, log end] and load the newest readable one (a
+        corrupt one is deleted and the next older tried), skipping expired producers. Returns the
+        offset the log must be replayed from (truncateAndReload + loadFromSnapshot)."""
+        self._producers.clear()
+        self.delete_snapshots(lambda o: log_start_offset < o <= log_end_offset)
+        for offset in reversed(self.snapshot_offsets()):
+            path = producer_snapshot.snapshot_path(self.dir, offset)
+            try:
+                with open(path, "rb") as f:
+                    entries = producer_snapshot.read_snapshot(f.read(), path)
+            except (CorruptRecordError, OSError):
+                os.remove(path)
+                continue
+            for e in entries:
+                entry = self._from_snapshot(e)
+                if not self.is_expired(entry, now_ms):
+                    self._producers[entry.producer_id] = entry
+            self.map_end_offset = offset
+            return offset
+        self.map_end_offset = log_start_offset
+        return log_start_offset
+
+    @staticmethod
+    def _snapshot_entry(e: ProducerEntry) -> producer_snapshot.ProducerSnapshotEntry:
+        last = e.batches[-1] if e.batches else None
+        return producer_snapshot.ProducerSnapshotEntry(
+            e.producer_id, e.producer_epoch, last.last_seq if last else NO_SEQUENCE,
+            last.last_offset if last else -1, last.offset_delta if last else 0,
+            e.last_timestamp, e.coordinator_epoch, -1)
+
+    @staticmethod
+    def _from_snapshot(s: producer_snapshot.ProducerSnapshotEntry) -> ProducerEntry:
+        batches = () if s.last_offset < 0 else (
+            BatchMetadata(s.last_sequence, s.last_offset, s.offset_delta, s.timestamp),)
+        return ProducerEntry(s.producer_id, s.producer_epoch, batches, s.timestamp,
+                             s.coordinator_epoch)
+
+    def _where(self) -> str:
+        return os.path.basename(self.dir) if self.dir else "the partition"

@@ -591,6 +591,7 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
     broker = Broker(log_dir, config=broker_config, host=host, port=port)
     server = KafkaServer(broker, host, port, zero_copy=zero_copy)
     broker.logs.start_retention()
+    broker.logs.start_producer_expiration()
     broker.logs.start_cleaner()
     print(f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
           f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)

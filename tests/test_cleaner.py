@@ -438,7 +438,8 @@ def test_case_53_cleaning_merges_small_segments(tmp_path, clock):
                if not n.startswith(("00000000000000000000.", "00000000000000000012.")))
     assert [n for n in segment_files(tmp_path / "t-0") if not n.endswith(".deleted")] == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
-        "00000000000000000012.index", "00000000000000000012.log", "00000000000000000012.timeindex"]
+        "00000000000000000012.index", "00000000000000000012.log", "00000000000000000012.snapshot",
+        "00000000000000000012.timeindex"]   # the roll at 12 wrote the producer-state snapshot
     check_log_consistent(log)
 
 

@@ -390,14 +390,28 @@ class Broker:
         return found
 
     # ------------------------------------------------------------------ producers
+    PRODUCER_ID_BLOCK_SIZE = 1000   # ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
     def allocate_producer_id(self) -> int:
-        """A new producer id for an idempotent producer (InitProducerId). Kafka hands out blocks
-        of ids from the controller; kstore keeps the next id in the metadata, so ids are never
-        reused across restarts."""
+        """A new producer id for an idempotent producer (InitProducerId). As Kafka's
+        ZkProducerIdManager does, each broker claims a block of 1000 ids at a time in the shared
+        metadata (`/latest_producer_id_block`, under the store's lock) and hands them out one by
+        one: ids are unique across the cluster and never reused after a restart (the rest of a
+        claimed block is skipped)."""
         with self._lock:
-            next_id = self.metadata.get("/latest_producer_id", -1) + 1
-            self.metadata.set("/latest_producer_id", next_id)
-            return next_id
+            block = getattr(self, "_producer_ids", None)
+            if block is None or block[0] > block[1]:
+                with self.metadata.transaction():
+                    latest = self.metadata.get("/latest_producer_id_block") or {}
+                    start = int(latest.get("block_end", -1)) + 1
+                    end = start + self.PRODUCER_ID_BLOCK_SIZE - 1
+                    self.metadata.set("/latest_producer_id_block", {
+                        "version": 1, "broker": self.broker_id, "block_start": str(start),
+                        "block_end": str(end)})
+                block = [start, end]
+                self._producer_ids = block
+            block[0] += 1
+            return block[0] - 1
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:

@@ -39,6 +39,7 @@ from .topic import validate_topic_name
 
 API = P.API_KEYS
 E = P.ERRORS
+TRANSACTIONS_UNSUPPORTED = E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]   # see _init_producer_id
 
 
 @dataclass
@@ -336,7 +337,7 @@ class KafkaServer(AdminApis):
                     entry["error_code"] = acks_error
                     continue
                 try:
-                    _check_client_batches(pd["records"] or b"")
+                    _check_client_batches(pd["records"] or b"", version)
                     result = self.broker.produce_request(topic["name"], pd["index"],
                                                          pd["records"] or b"", acks,
                                                          body.get("timeout_ms", 30000))
@@ -540,6 +541,12 @@ class KafkaServer(AdminApis):
         return {"throttle_time_ms": 0, "topics": topics, "error_code": 0}
 
     async def _init_producer_id(self, version, body, header) -> dict:
+        if body.get("transactional_id") is not None:
+            # kstore has no transaction coordinator yet. Both librdkafka and kafka-python raise
+            # this code at once from init_transactions(); UNSUPPORTED_VERSION or INVALID_REQUEST
+            # would have librdkafka retry until its timeout.
+            return {"throttle_time_ms": 0, "error_code": TRANSACTIONS_UNSUPPORTED,
+                    "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time_ms": 0, "error_code": 0,
                 "producer_id": self.broker.allocate_producer_id(), "producer_epoch": 0}
 
@@ -562,15 +569,19 @@ class KafkaServer(AdminApis):
         return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _check_client_batches(records: bytes) -> None:
+def _check_client_batches(records: bytes, version: int = 3) -> None:
     """What Kafka refuses from a client (ProduceRequest.validateRecords, and LogValidator's
-    AppendOrigin.CLIENT checks) with InvalidRecordException: no complete batch at all, an offset
-    range that disagrees with the record count, control batches (only coordinators write
-    markers), and a producer id without a base sequence."""
+    AppendOrigin.CLIENT checks) with InvalidRecordException: no complete batch at all, more than
+    one batch for a partition (an idempotent producer's sequences are checked per batch, and a
+    retry must be the same single batch), an offset range that disagrees with the record count,
+    control batches (only coordinators write markers), and a producer id without a base sequence."""
     from .records import MemoryRecords
     batches = MemoryRecords(bytes(records)).batches()
     if not batches:
         raise InvalidRecordError("produce requests must have at least one record batch per partition")
+    if len(batches) > 1 and version >= 3:
+        raise InvalidRecordError(f"produce requests with version {version} are only allowed to "
+                                 f"contain exactly one record batch per partition")
     for batch in batches:
         if batch.magic < 2:
             continue

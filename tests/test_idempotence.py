@@ -1,0 +1,299 @@
+"""Idempotent producers on the wire: the Produce checks answered with Kafka's error codes, one
+batch per partition, InitProducerId, and unmodified librdkafka (confluent-kafka) and kafka-python
+producers through a proxy that loses Produce responses after the broker appended: no duplicate,
+no gap, order kept, on one broker and across a leader failover in a 3-broker cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import struct
+import threading
+import time
+from contextlib import closing
+
+import confluent_kafka as ck
+import pytest
+from kafka import KafkaProducer
+from kafka.errors import TransactionalIdAuthorizationFailedError
+
+from kstore import Record
+from kstore import protocol as P
+from kstore.broker import Broker
+from kstore.network_client import KafkaConnection
+from kstore.records import build_batch
+from kstore.server import KafkaServer
+
+from test_cluster_network import Node, free_ports, state, values_in_files, wait_for
+
+API, E = P.API_KEYS, P.ERRORS
+
+
+# ---------------------------------------------------------------- the proxy
+class DroppingProxy:
+    """A loopback TCP proxy in front of brokers, on asyncio in its own thread. It forwards Kafka
+    frames both ways, points the broker addresses in Metadata and FindCoordinator responses at
+    itself (so clients keep coming through it), and for every `drop_every`-th Produce response
+    (up to `max_drops`) closes the client's connection instead of forwarding the response: the
+    broker has appended, the client never hears so and retries."""
+
+    def __init__(self, drop_every: int = 3, max_drops: int = 20):
+        self.drop_every, self.max_drops = drop_every, max_drops
+        self.produce_responses = self.dropped = 0
+        self._routes: dict[int, int] = {}            # broker port -> proxy listening socket port
+        self._listeners = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def add(self, broker_port: int) -> int:
+        """Listen for one broker; returns the proxy's port for it."""
+        async def listen():
+            server = await asyncio.start_server(
+                lambda r, w: self._serve(r, w, broker_port), "127.0.0.1", 0)
+            self._listeners.append(server)
+            return server.sockets[0].getsockname()[1]
+        port = asyncio.run_coroutine_threadsafe(listen(), self._loop).result(10)
+        self._routes[broker_port] = port
+        return port
+
+    def close(self) -> None:
+        async def stop():
+            for server in self._listeners:
+                server.close()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _serve(self, client_r, client_w, broker_port: int) -> None:
+        try:
+            broker_r, broker_w = await asyncio.open_connection("127.0.0.1", broker_port)
+        except OSError:
+            client_w.close()
+            return
+        requests: dict[int, tuple[int, int]] = {}
+        up = asyncio.ensure_future(self._requests(client_r, broker_w, requests))
+        down = asyncio.ensure_future(self._responses(broker_r, client_w, requests))
+        await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+        for task in (up, down):
+            task.cancel()
+        for writer in (client_w, broker_w):
+            writer.close()
+
+    @staticmethod
+    async def _frame(reader) -> bytes:
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        return await reader.readexactly(size)
+
+    async def _requests(self, client_r, broker_w, requests) -> None:
+        while True:
+            frame = await self._frame(client_r)
+            key, version, correlation = struct.unpack_from(">hhi", frame, 0)
+            requests[correlation] = (key, version)
+            broker_w.write(struct.pack(">i", len(frame)) + frame)
+            await broker_w.drain()
+
+    async def _responses(self, broker_r, client_w, requests) -> None:
+        while True:
+            frame = await self._frame(broker_r)
+            (correlation,) = struct.unpack_from(">i", frame, 0)
+            key, version = requests.pop(correlation)
+            if key == API["Produce"]:
+                self.produce_responses += 1
+                if self.produce_responses % self.drop_every == 1 and self.dropped < self.max_drops:
+                    self.dropped += 1
+                    return                           # the response is lost: close the connection
+            elif key in (API["Metadata"], API["FindCoordinator"]):
+                frame = self._rewrite(key, version, frame)
+            client_w.write(struct.pack(">i", len(frame)) + frame)
+            await client_w.drain()
+
+    def _rewrite(self, key: int, version: int, frame: bytes) -> bytes:
+        correlation, body = P.decode_response(key, version, frame)
+        if key == API["Metadata"]:
+            for b in body["brokers"]:
+                b["port"] = self._routes.get(b["port"], b["port"])
+        elif body.get("port", -1) >= 0:
+            body["port"] = self._routes.get(body["port"], body["port"])
+        return b"".join(P.encode_response(key, version, correlation, body))
+
+
+# ---------------------------------------------------------------- helpers
+@pytest.fixture
+def broker_server(tmp_path):
+    broker = Broker(str(tmp_path / "logs"), port=0)
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    yield broker, server
+    server.stop()
+    broker.shutdown()
+
+
+def idempotent_batch(seq: int, n: int = 2, pid: int = 0, epoch: int = 0, tag: str = "v") -> bytes:
+    return build_batch([Record(None, f"{tag}{seq + i}".encode(), 1_700_000_000_000)
+                        for i in range(n)],
+                       producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def produce(conn: KafkaConnection, records: bytes, topic: str = "t", version: int = 8) -> dict:
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+    return conn.request(API["Produce"], version, body)["responses"][0]["partition_responses"][0]
+
+
+def init_producer_id(conn: KafkaConnection, transactional_id: str | None = None) -> dict:
+    return conn.request(API["InitProducerId"], 1, {"transactional_id": transactional_id,
+                                                   "transaction_timeout_ms": 60000})
+
+
+def stored_values(broker: Broker, topic: str = "t") -> list[bytes]:
+    return [r.value for r in broker.get_log(topic, 0).records()]
+
+
+# ---------------------------------------------------------------- raw protocol
+def test_each_sequence_rule_on_the_wire(broker_server):
+    broker, server = broker_server
+    broker.create_topic("t", 1)
+    with closing(KafkaConnection("127.0.0.1", server.port)) as conn:
+        pid = init_producer_id(conn)["producer_id"]
+        first = produce(conn, idempotent_batch(0, pid=pid))
+        assert (first["error_code"], first["base_offset"]) == (0, 0)
+        produce(conn, idempotent_batch(2, pid=pid))
+        retry = produce(conn, idempotent_batch(0, pid=pid))          # duplicate: its first offset
+        assert (retry["error_code"], retry["base_offset"]) == (0, 0)
+        gap = produce(conn, idempotent_batch(7, pid=pid))
+        assert gap["error_code"] == E["OUT_OF_ORDER_SEQUENCE_NUMBER"]
+        assert "out of order sequence number" in gap["error_message"]
+        produce(conn, idempotent_batch(0, pid=pid, epoch=1))          # a new epoch from 0
+        stale = produce(conn, idempotent_batch(4, pid=pid, epoch=0))
+        assert stale["error_code"] == E["INVALID_PRODUCER_EPOCH"]
+        unknown = produce(conn, idempotent_batch(40, pid=pid + 1))    # KIP-360: accepted
+        assert (unknown["error_code"], unknown["base_offset"]) == (0, 6)
+        two = produce(conn, idempotent_batch(2, pid=pid, epoch=1) + idempotent_batch(4, pid=pid, epoch=1))
+        assert two["error_code"] == E["INVALID_RECORD"]
+        assert "exactly one record batch per partition" in two["error_message"]
+        assert produce(conn, idempotent_batch(2, pid=pid, epoch=1), version=7)["error_code"] == 0
+    assert stored_values(broker) == [b"v0", b"v1", b"v2", b"v3", b"v0", b"v1", b"v40", b"v41",
+                                     b"v2", b"v3"]
+
+
+def test_several_batches_for_a_partition_are_refused_without_a_producer_id_too(broker_server):
+    broker, server = broker_server
+    broker.create_topic("t", 1)
+    plain = build_batch([Record(None, b"a", 1)])
+    with closing(KafkaConnection("127.0.0.1", server.port)) as conn:
+        assert produce(conn, plain + plain)["error_code"] == E["INVALID_RECORD"]
+        assert produce(conn, plain + plain, version=3)["error_code"] == E["CORRUPT_MESSAGE"]
+    assert stored_values(broker) == []
+
+
+def test_producer_ids_are_unique_and_never_reused_after_a_restart(tmp_path):
+    ids = []
+    for _ in range(2):
+        broker = Broker(str(tmp_path / "logs"), port=0)
+        server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+        with closing(KafkaConnection("127.0.0.1", server.port)) as conn:
+            ids += [init_producer_id(conn)["producer_id"] for _ in range(3)]
+        server.stop()
+        broker.shutdown()
+    assert ids[:3] == [0, 1, 2] and len(set(ids)) == 6 and min(ids[3:]) >= 1000
+
+
+def test_transactional_init_fails_at_once_with_a_readable_error(broker_server):
+    """No transactions yet: librdkafka and kafka-python raise from init_transactions() at once
+    (a retriable code would have them retry until their timeout)."""
+    broker, server = broker_server
+    bootstrap = f"127.0.0.1:{server.port}"
+    with closing(KafkaConnection("127.0.0.1", server.port)) as conn:
+        assert init_producer_id(conn, "tx")["error_code"] == E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx",
+                            "log_level": 0})
+    started = time.monotonic()
+    with pytest.raises(ck.KafkaException) as raised:
+        producer.init_transactions(30)
+    assert raised.value.args[0].fatal()
+    assert "Transactional Id authorization failed" in raised.value.args[0].str()
+    assert time.monotonic() - started < 20
+    kp = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="tx2")
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            kp.init_transactions()
+    finally:
+        kp.close(timeout=5)
+
+
+# ---------------------------------------------------------------- real clients, lost responses
+N = 3000
+
+
+def ck_produce_all(bootstrap: str, topic: str, n: int = N, during=None) -> None:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                            "linger.ms": 2, "batch.num.messages": 60, "log_level": 0,
+                            "message.timeout.ms": 120000})
+    failures = []
+    for i in range(n):
+        producer.produce(topic, f"{i}".encode(), partition=0,
+                         on_delivery=lambda err, msg: err and failures.append(err))
+        if i % 60 == 59:
+            producer.poll(0.01)
+        if during is not None and i == n // 3:
+            during()
+    assert producer.flush(120) == 0
+    assert failures == []
+
+
+def kp_produce_all(bootstrap: str, topic: str, n: int = N) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
+                             linger_ms=2, batch_size=600, max_in_flight_requests_per_connection=5)
+    futures = [producer.send(topic, f"{i}".encode(), partition=0) for i in range(n)]
+    producer.flush(120)
+    for f in futures:
+        f.get(1)
+    producer.close(10)
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_lost_produce_responses_leave_no_duplicates_and_no_gaps(broker_server, client):
+    broker, server = broker_server
+    broker.create_topic("orders", 1)
+    proxy = DroppingProxy(drop_every=3, max_drops=15)
+    try:
+        bootstrap = f"127.0.0.1:{proxy.add(server.port)}"
+        (ck_produce_all if client == "confluent-kafka" else kp_produce_all)(bootstrap, "orders")
+    finally:
+        proxy.close()
+    assert proxy.dropped >= 5                     # responses were lost, so retries happened
+    assert stored_values(broker, "orders") == [f"{i}".encode() for i in range(N)]
+
+
+def test_no_duplicates_across_a_leader_failover(tmp_path):
+    """Three `kstore serve` processes behind the proxy; librdkafka produces while responses are
+    lost, and a third of the way through the partition leader is killed with SIGKILL. The new
+    leader rebuilt the producer state from what it replicated, so the retries are recognised."""
+    ports = free_ports(3)
+    nodes = [Node(tmp_path, b, ports[b]) for b in range(3)]
+    proxy = DroppingProxy(drop_every=4, max_drops=12)
+    try:
+        for n in nodes:
+            n.start()
+        bootstrap = ",".join(f"127.0.0.1:{proxy.add(n.port)}" for n in nodes)
+        admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([ck.admin.NewTopic("orders", 1, 3)])["orders"].result(30)
+        wait_for(lambda: (s := state(tmp_path)[0]) and len(s["isr"]) == 3, 30, "three in sync")
+        killed = []
+
+        def kill_leader():
+            leader = state(tmp_path)[0]["leader"]
+            nodes[leader].stop(signal.SIGKILL)
+            killed.append(leader)
+
+        ck_produce_all(bootstrap, "orders", during=kill_leader)
+        expected = [(i, f"{i}".encode()) for i in range(N)]
+        for n in nodes:
+            if n.broker_id not in killed:
+                wait_for(lambda n=n: values_in_files(tmp_path, n.broker_id) == expected, 30,
+                         f"broker {n.broker_id} to hold every record once, in order")
+        assert proxy.dropped >= 3 and state(tmp_path)[0]["leader"] not in killed
+    finally:
+        proxy.close()
+        for n in nodes:
+            n.stop()

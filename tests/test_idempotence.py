@@ -6,6 +6,7 @@ no gap, order kept, on one broker and across a leader failover in a 3-broker clu
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import struct
 import threading
@@ -13,6 +14,7 @@ import time
 from contextlib import closing
 
 import confluent_kafka as ck
+import confluent_kafka.admin  # noqa: F401  (ck.admin)
 import pytest
 from kafka import KafkaProducer
 from kafka.errors import TransactionalIdAuthorizationFailedError
@@ -61,6 +63,10 @@ class DroppingProxy:
         async def stop():
             for server in self._listeners:
                 server.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -223,12 +229,15 @@ def test_transactional_init_fails_at_once_with_a_readable_error(broker_server):
 
 # ---------------------------------------------------------------- real clients, lost responses
 N = 3000
+EXTRA = {"debug": os.environ["CKDEBUG"], "log_level": 7} if os.environ.get("CKDEBUG") else {}
 
 
 def ck_produce_all(bootstrap: str, topic: str, n: int = N, during=None) -> None:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                             "linger.ms": 2, "batch.num.messages": 60, "log_level": 0,
-                            "message.timeout.ms": 120000})
+                            "message.timeout.ms": 120000,
+                            "reconnect.backoff.max.ms": 200,   # each lost response is a reconnect
+                            **EXTRA})
     failures = []
     for i in range(n):
         producer.produce(topic, f"{i}".encode(), partition=0,
@@ -271,7 +280,7 @@ def test_no_duplicates_across_a_leader_failover(tmp_path):
     leader rebuilt the producer state from what it replicated, so the retries are recognised."""
     ports = free_ports(3)
     nodes = [Node(tmp_path, b, ports[b]) for b in range(3)]
-    proxy = DroppingProxy(drop_every=4, max_drops=12)
+    proxy = DroppingProxy(drop_every=4, max_drops=int(os.environ.get("MAXD", 12)))
     try:
         for n in nodes:
             n.start()

@@ -7,9 +7,13 @@ Mirrors the shape of Kafka's `KafkaProducer` (RecordAccumulator + Sender, withou
   `send()` and `poll()`, on the injected clock), or on `flush()` / `close()`;
 * `acks` is checked (0, 1, −1/all); its full meaning comes with replication. The broker assigns
   offsets; each `send()` returns a future that holds the record's offset once its batch is sent.
+* idempotence (`enable_idempotence`, on by default with acks=all as in Kafka's producer since
+  3.0): the producer gets a producer id from the broker (InitProducerId) and numbers each
+  partition's batches with sequences; a batch resent after a lost response keeps its sequence, so
+  the partition leader recognises it and answers with the offsets of the first append. After a
+  batch fails for good the producer takes a new producer id and starts its sequences at 0 again
+  (Kafka's producer bumps its epoch instead, which needs InitProducerId v3).
 Defaults are Kafka 4.0's: batch.size 16384, linger.ms 5, acks all, compression none.
-kstore's in-process producer is not idempotent (Kafka's default producer is); the network broker
-accepts idempotent producers.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .compression import Compression
 from .errors import KStoreError
 from .log import to_bytes
 from .partitioner import BuiltInPartitioner
-from .records import Record, build_batch, encode_record
+from .records import Record, build_batch, encode_record, increment_sequence
 from .broker import normalize_acks
 
 
@@ -74,9 +78,13 @@ class _OpenBatch:
 class Producer:
     def __init__(self, broker, *, acks="all", batch_size: int = 16384, linger_ms: int = 5,
                  compression_type: str = "none", clock: Clock | None = None,
-                 partitioner: BuiltInPartitioner | None = None, max_request_size: int = 1048576):
+                 partitioner: BuiltInPartitioner | None = None, max_request_size: int = 1048576,
+                 enable_idempotence: bool | None = None):
         self.broker = broker
         self.acks = normalize_acks(acks)
+        self.idempotent = _idempotence(enable_idempotence, self.acks)
+        self.producer_id, self.producer_epoch = -1, -1   # asked for with the first batch
+        self._sequences: dict[tuple[str, int], int] = {}
         if batch_size < 0 or linger_ms < 0:
             raise ValueError("batch.size and linger.ms must be ≥ 0")
         self.batch_size = batch_size
@@ -140,13 +148,23 @@ class Producer:
 
     def _send_batch(self, batch: _OpenBatch) -> None:
         self._open.pop((batch.topic, batch.partition), None)
-        data = build_batch(batch.records, compression=self.compression)
-        try:
+        tp = (batch.topic, batch.partition)
+        if self.idempotent and self.producer_id < 0:
+            self.producer_id, self.producer_epoch = self.broker.allocate_producer_id(), 0
+        sequence = self._sequences.get(tp, 0) if self.idempotent else -1
+        data = build_batch(batch.records, compression=self.compression,
+                           producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                           base_sequence=sequence)
+        try:   # the broker client resends these same bytes, sequence included, on a lost answer
             info = self.broker.produce(batch.topic, batch.partition, data, acks=self.acks)
         except KStoreError as e:
             for f in batch.futures:
                 f._error = e
+            if self.idempotent:   # the batch may or may not be stored: start a new producer
+                self.producer_id, self._sequences = -1, {}
             return
+        if self.idempotent:
+            self._sequences[tp] = increment_sequence(sequence, len(batch.records))
         for i, (f, r) in enumerate(zip(batch.futures, batch.records)):
             ts = info.log_append_time if info.log_append_time >= 0 else r.timestamp
             f._value = RecordMetadata(batch.topic, batch.partition, info.first_offset + i, ts)
@@ -166,3 +184,13 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _idempotence(enabled: bool | None, acks: int) -> bool:
+    """Kafka's rule: on by default unless acks is not all; asked for explicitly it needs acks=all."""
+    if enabled is None:
+        return acks == -1
+    if enabled and acks != -1:
+        raise KStoreError("must set acks to all in order to use the idempotent producer; "
+                          "otherwise we cannot guarantee idempotence")
+    return bool(enabled)

@@ -37,7 +37,7 @@ API = P.API_KEYS
 # The versions this client sends (all within what kstore's broker supports, all non-flexible).
 VERSION = {"Metadata": 8, "Produce": 8, "Fetch": 11, "ListOffsets": 5, "FindCoordinator": 2,
            "OffsetCommit": 7, "OffsetFetch": 5, "CreateTopics": 4, "CreatePartitions": 1,
-           "DescribeConfigs": 3, "ListGroups": 2}
+           "DescribeConfigs": 3, "ListGroups": 2, "InitProducerId": 1}
 TOPIC_RESOURCE = 2
 E = P.ERRORS
 # Retriable, as in Kafka's clients (InvalidMetadataException and its kind): refresh and try again.
@@ -300,6 +300,14 @@ class RemoteBroker:
                                      or f"produce to {topic}-{partition}")
             return ProduceAck(part["base_offset"], part["log_append_time_ms"])
         return self._to_leader(topic, partition, send)
+
+    def allocate_producer_id(self) -> int:
+        """A producer id for an idempotent producer (InitProducerId, epoch 0), from any broker."""
+        response = self.request("InitProducerId", {"transactional_id": None,
+                                                   "transaction_timeout_ms": 60000})
+        if response["error_code"]:
+            raise error_for_code(response["error_code"], "InitProducerId")
+        return response["producer_id"]
 
     # ------------------------------------------------------------------ groups
     @property

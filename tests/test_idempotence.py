@@ -306,3 +306,47 @@ def test_no_duplicates_across_a_leader_failover(tmp_path):
         proxy.close()
         for n in nodes:
             n.stop()
+
+
+# ---------------------------------------------------------------- kstore's own producer
+def test_kstores_producer_is_idempotent_by_default_with_acks_all(tmp_path):
+    from kstore.errors import KStoreError
+    from kstore.producer import Producer
+    with Broker(str(tmp_path / "logs")) as broker:
+        broker.create_topic("t", 2)
+        producer = Producer(broker, linger_ms=0, batch_size=200)
+        for i in range(40):
+            producer.send("t", f"v{i}", partition=i % 2)
+        producer.flush()
+        for p in (0, 1):
+            batches = broker.get_log("t", p).read(0, 1 << 20).batches()
+            assert {b.producer_id for b in batches} == {producer.producer_id}
+            assert [b.base_sequence for b in batches] == \
+                [sum(x.records_count for x in batches[:i]) for i in range(len(batches))]
+        plain = Producer(broker, acks=1)
+        plain.send("t", "x", partition=0)
+        plain.flush()
+        assert broker.get_log("t", 0).read(20, 1 << 20).batches()[-1].producer_id == -1
+        with pytest.raises(KStoreError, match="must set acks to all"):
+            Producer(broker, acks=1, enable_idempotence=True)
+
+
+def test_kstores_producer_over_the_network_resends_without_duplicating(broker_server):
+    """RemoteBroker resends a batch whose response was lost (the connection closed): the same
+    bytes, so the same sequence, and the broker answers with the first append's offsets."""
+    from kstore.producer import Producer
+    from kstore.remote_broker import RemoteBroker
+    broker, server = broker_server
+    broker.create_topic("orders", 1)
+    proxy = DroppingProxy(drop_every=3, max_drops=10)
+    try:
+        remote = RemoteBroker(f"127.0.0.1:{proxy.add(server.port)}")
+        producer = Producer(remote, linger_ms=0, batch_size=300)
+        futures = [producer.send("orders", f"{i}", partition=0) for i in range(300)]
+        producer.flush()
+        remote.close()
+    finally:
+        proxy.close()
+    assert proxy.dropped >= 5
+    assert [f.get().offset for f in futures] == list(range(300))
+    assert stored_values(broker, "orders") == [f"{i}".encode() for i in range(300)]

@@ -401,7 +401,7 @@ def test_grading_a_folder_of_20_submissions(tmp_path, capsys):
     assert list(rows[0].keys()) == ["submission", "exercise", "status", "score", "max_score", *tasks,
                                     "seconds", "notes"]
     scores = {Path(r["submission"]).name.split("-hw-")[1].removesuffix(".ipynb"): r for r in rows}
-    assert scores["solution"]["score"] == scores["solution"]["max_score"] == "40"
+    assert scores["solution"]["score"] == scores["solution"]["max_score"] == "50"
     assert scores["exercise"]["score"] == "0"
     assert float(scores["wrong"]["ex09.1"]) < 10 and scores["wrong"]["ex09.2"] == "10"
     assert float(scores["half"]["ex09.3"]) < 10 and scores["half"]["ex09.1"] == "10"

@@ -153,3 +153,123 @@ def test_may_join_isr_matches_the_engine(learner, leo, hw, epoch_start):
     args = (leo, hw, epoch_start)
     expect_equal(learner.may_join_isr(*args), engine.may_join_isr(*args),
                  call="may_join_isr({}, {}, {})".format(*args), mistakes=join_mistakes(*args))
+
+
+# ------------------------------------------------------------------ ex09.5 classify_batch
+from kstore import producer_state as producers   # noqa: E402
+
+MAX = 2**31 - 1
+
+
+def engine_classify(cached, current_epoch, producer_epoch, first_seq, last_seq):
+    entry = None if cached is None else producers.ProducerEntry(0, current_epoch, tuple(
+        producers.BatchMetadata(l, lo, lo - fo, 0) for f, l, fo, lo in cached))
+    return producers.decide(entry, producer_epoch, first_seq, last_seq)[0]
+
+
+def wrong_rule(cached, current, epoch, first, last, *, last_only=False, first_seq_only=False,
+               dup_ignores_epoch=False, unknown_needs_zero=False, no_wrap=False, gaps_ok=False,
+               new_epoch_any_seq=False, no_epoch_check=False, sequence_first=False):
+    """The rule with one classic mistake switched on (what such a submission answers)."""
+    if cached is None:
+        return "APPEND" if first == 0 or not unknown_needs_zero else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    end = cached[-1][1]
+    expected = end + 1 if no_wrap or end != MAX else 0
+    in_order = first >= expected if gaps_ok else first == expected
+    window = cached[-1:] if last_only else cached
+    duplicate = (dup_ignores_epoch or epoch == current) and any(
+        b[0] == first and (first_seq_only or b[1] == last) for b in window)
+    if sequence_first and epoch == current and not in_order:
+        return "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    if duplicate:
+        return "DUPLICATE"
+    if epoch < current and not no_epoch_check:
+        return "INVALID_PRODUCER_EPOCH"
+    if epoch > current:
+        return "APPEND" if first == 0 or new_epoch_any_seq else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    return "APPEND" if in_order else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+def classify_mistakes(*args):
+    return [
+        ("a retry can repeat any of the producer's last 5 batches (up to 5 requests in flight), "
+         "not only the last one: compare with every cached batch", wrong_rule(*args, last_only=True)),
+        ("check for a duplicate before checking the sequence: a retried batch never follows the "
+         "last sequence", wrong_rule(*args, sequence_first=True)),
+        ("a duplicate repeats the exact sequence range: same first AND last sequence",
+         wrong_rule(*args, first_seq_only=True)),
+        ("a duplicate is a batch of the same producer epoch; after an epoch bump sequences start "
+         "again at 0", wrong_rule(*args, dup_ignores_epoch=True)),
+        ("a producer the partition has no state for (expired, or its data deleted) is accepted at "
+         "any sequence since KIP-360", wrong_rule(*args, unknown_needs_zero=True)),
+        ("sequences wrap: after Int.MaxValue (2147483647) comes 0", wrong_rule(*args, no_wrap=True)),
+        ("a gap is an error too: the next sequence must be exactly last + 1",
+         wrong_rule(*args, gaps_ok=True)),
+        ("a new (higher) epoch must start at sequence 0", wrong_rule(*args, new_epoch_any_seq=True)),
+        ("a batch with an epoch below the producer's current one is fenced: "
+         "INVALID_PRODUCER_EPOCH", wrong_rule(*args, no_epoch_check=True)),
+    ]
+
+
+B3 = [(0, 4, 100, 104), (5, 9, 110, 114), (10, 11, 120, 121)]   # (first seq, last seq, first offset, last offset)
+CLASSIFY_VECTORS = [
+    ("next-in-order", B3, 0, 0, 12, 15),
+    ("retry-of-the-last-batch", B3, 0, 0, 10, 11),
+    ("retry-of-an-older-batch", B3, 0, 0, 5, 9),
+    ("gap", B3, 0, 0, 14, 15),
+    ("same-first-seq-other-range", B3, 0, 0, 5, 6),
+    ("stale-epoch", B3, 2, 1, 12, 12),
+    ("new-epoch-from-zero", B3, 0, 1, 0, 4),
+    ("new-epoch-not-from-zero", B3, 0, 1, 12, 13),
+    ("unknown-producer-any-sequence", None, 0, 0, 17, 18),
+    ("unknown-producer-from-zero", None, 0, 3, 0, 0),
+    ("wraps-after-int-max", [(MAX - 3, MAX, 7, 10)], 0, 0, 0, 2),
+    ("retry-across-the-wrap", [(MAX - 1, 0, 7, 9), (1, 1, 10, 10)], 0, 0, MAX - 1, 0),
+]
+
+
+@task("ex09.5", points=6)
+@pytest.mark.parametrize("args", [v[1:] for v in CLASSIFY_VECTORS], ids=[v[0] for v in CLASSIFY_VECTORS])
+def test_classify_batch_vectors(learner, args):
+    cached, *rest = args
+    expect_equal(learner.classify_batch(None if cached is None else [tuple(b) for b in cached], *rest),
+                 engine_classify(*args),
+                 call="classify_batch(cached={}, current_epoch={}, producer_epoch={}, first_seq={}, "
+                      "last_seq={})".format(*args), mistakes=classify_mistakes(*args))
+
+
+@st.composite
+def producer_histories(draw):
+    """Up to 5 cached batches in sequence order (maybe across the wrap), and an incoming batch
+    that often repeats one of them or follows them."""
+    known = draw(st.booleans())
+    current = draw(st.integers(0, 3))
+    start = draw(st.sampled_from([0, 3, MAX - 6, MAX - 1]))
+    cached, seq, offset = [], start, draw(st.integers(0, 1000))
+    for _ in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(1, 4))
+        last = (seq + n - 1) % (MAX + 1)
+        cached.append((seq, last, offset, offset + n - 1))
+        seq, offset = (last + 1) % (MAX + 1), offset + n
+    epoch = draw(st.sampled_from([current, current, current, current - 1, current + 1]))
+    kind = draw(st.sampled_from(["repeat", "next", "other"]))
+    if kind == "repeat":
+        first, last, _, _ = draw(st.sampled_from(cached))
+    elif kind == "next":
+        first = seq if epoch == current else 0
+        last = (first + draw(st.integers(0, 3))) % (MAX + 1)
+    else:
+        first = draw(st.integers(0, 30))
+        last = first + draw(st.integers(0, 3))
+    return (cached if known else None), current, epoch, first, last
+
+
+@task("ex09.5", points=4)
+@PROPERTY
+@given(producer_histories())
+def test_classify_batch_matches_the_engine(learner, case):
+    cached, *rest = case
+    expect_equal(learner.classify_batch(None if cached is None else list(cached), *rest),
+                 engine_classify(*case),
+                 call="classify_batch(cached={}, current_epoch={}, producer_epoch={}, first_seq={}, "
+                      "last_seq={})".format(*case), mistakes=classify_mistakes(*case))

@@ -130,6 +130,62 @@ def leader_high_watermark(leos, isr, min_insync_replicas):
         return None
     return min(leos.values())                          # every replica, not the ISR
 ''', "smallest LEO in the ISR only"),
+    "dedup-against-the-last-batch-only": ("ex09.5", '''
+def classify_batch(cached, current_epoch, producer_epoch, first_seq, last_seq):
+    if cached is None:
+        return "APPEND"
+    first, last, _, _ = cached[-1]                     # only the last batch is compared
+    if producer_epoch == current_epoch and (first, last) == (first_seq, last_seq):
+        return "DUPLICATE"
+    if producer_epoch < current_epoch:
+        return "INVALID_PRODUCER_EPOCH"
+    if producer_epoch > current_epoch:
+        return "APPEND" if first_seq == 0 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    expected = 0 if last == 2**31 - 1 else last + 1
+    return "APPEND" if first_seq == expected else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+''', "not only the last one"),
+    "unknown-producer-must-start-at-zero": ("ex09.5", '''
+def classify_batch(cached, current_epoch, producer_epoch, first_seq, last_seq):
+    if cached is None:                                 # the pre-KIP-360 rule
+        return "APPEND" if first_seq == 0 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    if producer_epoch == current_epoch and any(
+            f == first_seq and l == last_seq for f, l, _, _ in cached):
+        return "DUPLICATE"
+    if producer_epoch < current_epoch:
+        return "INVALID_PRODUCER_EPOCH"
+    if producer_epoch > current_epoch:
+        return "APPEND" if first_seq == 0 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    last = cached[-1][1]
+    expected = 0 if last == 2**31 - 1 else last + 1
+    return "APPEND" if first_seq == expected else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+''', "KIP-360"),
+    "sequence-without-wraparound": ("ex09.5", '''
+def classify_batch(cached, current_epoch, producer_epoch, first_seq, last_seq):
+    if cached is None:
+        return "APPEND"
+    if producer_epoch == current_epoch and any(
+            f == first_seq and l == last_seq for f, l, _, _ in cached):
+        return "DUPLICATE"
+    if producer_epoch < current_epoch:
+        return "INVALID_PRODUCER_EPOCH"
+    if producer_epoch > current_epoch:
+        return "APPEND" if first_seq == 0 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    return "APPEND" if first_seq == cached[-1][1] + 1 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+''', "after Int.MaxValue"),
+    "sequence-checked-before-duplicates": ("ex09.5", '''
+def classify_batch(cached, current_epoch, producer_epoch, first_seq, last_seq):
+    if cached is None:
+        return "APPEND"
+    if producer_epoch < current_epoch:
+        return "INVALID_PRODUCER_EPOCH"
+    if producer_epoch > current_epoch:
+        return "APPEND" if first_seq == 0 else "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    last = cached[-1][1]
+    expected = 0 if last == 2**31 - 1 else last + 1
+    if first_seq != expected:                          # a retry is refused before it is recognised
+        return "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    return "APPEND"
+''', "check for a duplicate before checking the sequence"),
     "truncate-to-high-watermark": ("ex10.2", '''
 def truncation_offset(leader_epoch, leader_end_offset, own_end_offset_for_epoch, log_end_offset,
                       high_watermark):

@@ -15,7 +15,7 @@ cleaned). One cleaning round:
    first dirty offset.
 
 kstore differs from Kafka: no transactions (aborted data is not recognised; markers are kept like
-records of a producer), producers never expire, and cleaning runs in the caller's thread (or on the
+records of a producer), and cleaning runs in the caller's thread (or on the
 log manager's scheduler) rather than in dedicated cleaner threads.
 """
 

@@ -233,7 +233,7 @@ class ProducerStateManager:
     def take_snapshot(self, offset: int | None = None) -> str | None:
         """Write the state as `<offset>.snapshot` (default: the map end offset) unless that file
         exists (takeSnapshot); returns the path written."""
-        if self.dir is None:
+        if self.dir is None or not os.path.isdir(self.dir):
             return None
         offset = self.map_end_offset if offset is None else offset
         path = producer_snapshot.snapshot_path(self.dir, offset)

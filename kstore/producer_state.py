@@ -160,21 +160,19 @@ class ProducerStateManager:
                                      batch.last_sequence)
             if outcome == DUPLICATE:
                 return cached
+            base = entry or ProducerEntry(pid)
             if outcome == INVALID_PRODUCER_EPOCH:
                 raise InvalidProducerEpochError(
                     f"epoch of producer {pid} in the append to {self._where()} is "
                     f"{batch.producer_epoch}, which is smaller than the last seen epoch "
-                    f"{entry.producer_epoch}")
+                    f"{base.producer_epoch}")
             if outcome == OUT_OF_ORDER_SEQUENCE:
-                expected = 0 if batch.producer_epoch != entry.producer_epoch else \
-                    (0 if entry.last_sequence == INT32_MAX else entry.last_sequence + 1)
                 raise OutOfOrderSequenceError(
                     f"out of order sequence number for producer {pid} (epoch "
                     f"{batch.producer_epoch}) in the append to {self._where()}: "
-                    f"{batch.base_sequence} (incoming seq. number), expected {expected} "
-                    f"(current end sequence number {entry.last_sequence}, epoch "
-                    f"{entry.producer_epoch})")
-            base = entry or ProducerEntry(pid)
+                    f"{batch.base_sequence} (incoming seq. number), "
+                    f"{base.last_sequence} (current end sequence number, epoch "
+                    f"{base.producer_epoch})")
             pending[pid] = base.with_batch(batch.producer_epoch, _metadata(batch))
         return None
 

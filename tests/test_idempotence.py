@@ -26,6 +26,7 @@ from kstore.network_client import KafkaConnection
 from kstore.records import build_batch
 from kstore.server import KafkaServer
 
+from test_clients import serve_processes  # noqa: F401  (the fixture)
 from test_cluster_network import Node, free_ports, state, values_in_files, wait_for
 
 API, E = P.API_KEYS, P.ERRORS
@@ -135,8 +136,10 @@ def broker_server(tmp_path):
 
 
 def idempotent_batch(seq: int, n: int = 2, pid: int = 0, epoch: int = 0, tag: str = "v") -> bytes:
-    return build_batch([Record(None, f"{tag}{seq + i}".encode(), 1_700_000_000_000)
-                        for i in range(n)],
+    """Stamped now: a producer whose last batch is older than producer.id.expiration.ms (a day)
+    is forgotten when a snapshot is loaded."""
+    now = int(time.time() * 1000)
+    return build_batch([Record(None, f"{tag}{seq + i}".encode(), now) for i in range(n)],
                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
@@ -227,6 +230,42 @@ def test_transactional_init_fails_at_once_with_a_readable_error(broker_server):
         kp.close(timeout=5)
 
 
+def test_a_killed_and_a_cleanly_stopped_broker_still_recognise_retries(tmp_path, serve_processes):
+    """`kstore serve` killed with SIGKILL: the state comes back from the roll's snapshot and the
+    batch headers above it; stopped with SIGTERM: from the snapshot written at shutdown."""
+    from kstore.remote_broker import RemoteBroker
+    log_dir = tmp_path / "logs"
+    server = serve_processes(log_dir)
+    with closing(RemoteBroker(server.bootstrap)) as remote:
+        remote.create_topic("t", 1, configs={"segment.bytes": 600})
+        pid = remote.allocate_producer_id()
+    sent = [idempotent_batch(seq, pid=pid) for seq in range(0, 24, 2)]
+
+    def connection():
+        return closing(KafkaConnection("127.0.0.1", server.port))
+    with connection() as conn:
+        offsets = [produce(conn, b)["base_offset"] for b in sent]
+    assert offsets == list(range(0, 24, 2))
+    assert sorted(p.name for p in (log_dir / "t-0").glob("*.snapshot"))   # rolls wrote snapshots
+    for stop in ("kill", "stop"):
+        server.kill() if stop == "kill" else server.stop()
+        server.start()
+        with connection() as conn:
+            retry = produce(conn, sent[-1])
+            assert (retry["error_code"], retry["base_offset"]) == (0, offsets[-1]), stop
+            older = produce(conn, sent[-2])
+            if stop == "kill":   # replayed from the log above the roll's snapshot: cached again
+                assert (older["error_code"], older["base_offset"]) == (0, offsets[-2])
+            else:                # as in Kafka, a snapshot keeps only each producer's last batch
+                assert older["error_code"] == E["OUT_OF_ORDER_SEQUENCE_NUMBER"]
+            assert produce(conn, idempotent_batch(30, pid=pid))["error_code"] == \
+                E["OUT_OF_ORDER_SEQUENCE_NUMBER"]
+    with connection() as conn:
+        assert produce(conn, idempotent_batch(24, pid=pid))["base_offset"] == 24
+    server.stop()
+    assert (log_dir / "t-0" / "00000000000000000026.snapshot").exists()   # the clean shutdown's
+
+
 # ---------------------------------------------------------------- real clients, lost responses
 N = 3000
 EXTRA = {"debug": os.environ["CKDEBUG"], "log_level": 7} if os.environ.get("CKDEBUG") else {}
@@ -288,6 +327,11 @@ def test_no_duplicates_across_a_leader_failover(tmp_path):
         admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([ck.admin.NewTopic("orders", 1, 3)])["orders"].result(30)
         wait_for(lambda: (s := state(tmp_path)[0]) and len(s["isr"]) == 3, 30, "three in sync")
+        ids = []
+        for n in nodes:   # each process claims its own block of ids in the shared metadata
+            with closing(KafkaConnection("127.0.0.1", n.port)) as conn:
+                ids += [init_producer_id(conn)["producer_id"] for _ in range(2)]
+        assert len(set(ids)) == 6, ids
         killed = []
 
         def kill_leader():

@@ -6,7 +6,6 @@ no gap, order kept, on one broker and across a leader failover in a 3-broker clu
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import struct
 import threading
@@ -268,15 +267,13 @@ def test_a_killed_and_a_cleanly_stopped_broker_still_recognise_retries(tmp_path,
 
 # ---------------------------------------------------------------- real clients, lost responses
 N = 3000
-EXTRA = {"debug": os.environ["CKDEBUG"], "log_level": 7} if os.environ.get("CKDEBUG") else {}
 
 
 def ck_produce_all(bootstrap: str, topic: str, n: int = N, during=None) -> None:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                             "linger.ms": 2, "batch.num.messages": 60, "log_level": 0,
                             "message.timeout.ms": 120000,
-                            "reconnect.backoff.max.ms": 200,   # each lost response is a reconnect
-                            **EXTRA})
+                            "reconnect.backoff.max.ms": 200})   # each lost response: a reconnect
     failures = []
     for i in range(n):
         producer.produce(topic, f"{i}".encode(), partition=0,
@@ -319,7 +316,7 @@ def test_no_duplicates_across_a_leader_failover(tmp_path):
     leader rebuilt the producer state from what it replicated, so the retries are recognised."""
     ports = free_ports(3)
     nodes = [Node(tmp_path, b, ports[b]) for b in range(3)]
-    proxy = DroppingProxy(drop_every=4, max_drops=int(os.environ.get("MAXD", 12)))
+    proxy = DroppingProxy(drop_every=4, max_drops=12)
     try:
         for n in nodes:
             n.start()

@@ -744,7 +744,10 @@ class Log:
                 return
             if flush:
                 self.flush()
-                self.producer_state.take_snapshot(self._next_offset)   # clean shutdown
+                try:   # clean shutdown; a directory we may not write to only loses the snapshot
+                    self.producer_state.take_snapshot(self._next_offset)
+                except OSError:
+                    pass
             for segment in self.segments:
                 segment.close()
             for segment in self._pending_deletes:   # removed at the next load

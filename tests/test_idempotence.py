@@ -286,10 +286,15 @@ def ck_produce_all(bootstrap: str, topic: str, n: int = N, during=None) -> None:
     assert failures == []
 
 
-def kp_produce_all(bootstrap: str, topic: str, n: int = N) -> None:
+def kp_produce_all(bootstrap: str, topic: str, n: int = N, during=None) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
-                             linger_ms=2, batch_size=600, max_in_flight_requests_per_connection=5)
-    futures = [producer.send(topic, f"{i}".encode(), partition=0) for i in range(n)]
+                             linger_ms=2, batch_size=600, max_in_flight_requests_per_connection=5,
+                             reconnect_backoff_max_ms=200)
+    futures = []
+    for i in range(n):
+        futures.append(producer.send(topic, f"{i}".encode(), partition=0))
+        if during is not None and i == n // 3:
+            during()
     producer.flush(120)
     for f in futures:
         f.get(1)
@@ -310,8 +315,9 @@ def test_lost_produce_responses_leave_no_duplicates_and_no_gaps(broker_server, c
     assert stored_values(broker, "orders") == [f"{i}".encode() for i in range(N)]
 
 
-def test_no_duplicates_across_a_leader_failover(tmp_path):
-    """Three `kstore serve` processes behind the proxy; librdkafka produces while responses are
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_no_duplicates_across_a_leader_failover(tmp_path, client):
+    """Three `kstore serve` processes behind the proxy; the client produces while responses are
     lost, and a third of the way through the partition leader is killed with SIGKILL. The new
     leader rebuilt the producer state from what it replicated, so the retries are recognised."""
     ports = free_ports(3)
@@ -336,7 +342,8 @@ def test_no_duplicates_across_a_leader_failover(tmp_path):
             nodes[leader].stop(signal.SIGKILL)
             killed.append(leader)
 
-        ck_produce_all(bootstrap, "orders", during=kill_leader)
+        (ck_produce_all if client == "confluent-kafka" else kp_produce_all)(
+            bootstrap, "orders", during=kill_leader)
         expected = [(i, f"{i}".encode()) for i in range(N)]
         for n in nodes:
             if n.broker_id not in killed:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable
 
 from ..events import Event, EventBus, last_seq
@@ -453,6 +454,7 @@ class WidgetView:
     def _ipython_display_(self):
         from IPython.display import display
         display(self.widget)
+        _DISPLAYED.append(weakref.ref(self))
         self._bind_after_cell()
 
     # ---- what a subclass provides
@@ -592,6 +594,14 @@ class WidgetView:
             f'#{st["seq"]} · {esc(st["label"])}</span>')
         self.tl_back.disabled = st["frame"] == 0
         self.tl_fwd.disabled = st["frame"] == st["frames"] - 1
+
+
+_DISPLAYED: list[weakref.ref] = []
+
+
+def displayed_views() -> list[WidgetView]:
+    """The views displayed in this kernel so far, oldest first (tests check each one's moment)."""
+    return [v for v in (ref() for ref in _DISPLAYED) if v is not None]
 
 
 def _event_seq() -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 from pathlib import Path
@@ -48,6 +49,16 @@ WIDGETS = {  # root class (ipywidgets add_class) -> what must be inside it
 }
 
 import playwright.sync_api as playwright_api  # noqa: E402  (a declared test dependency)
+
+from tool_check import require_tool  # noqa: E402
+
+INSTALL_CHROMIUM = "apt-get install chromium"
+
+
+def need_chromium(environ=os.environ, candidates=(CHROMIUM,)) -> str:
+    """Debian's chromium, or a skip naming it and `apt-get install chromium` (a failure in CI)."""
+    return require_tool(list(candidates), "Chromium (Debian's chromium package)", INSTALL_CHROMIUM,
+                        environ)
 
 
 def _lab_settings(tmp: Path) -> Path:
@@ -130,9 +141,7 @@ def _wait_attr_change(page, selector: str, name: str, old, timeout: float = 20.0
 
 @pytest.mark.timeout(180)
 def test_widgets_render_and_respond_in_chromium(tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium; "
-                    f".ci/run does it in CI)")
+    chromium = need_chromium()
     SERVED_DIR.mkdir(parents=True, exist_ok=True)
     SHOTS.mkdir(parents=True, exist_ok=True)
     served = SERVED_DIR / NOTEBOOK.name
@@ -142,7 +151,7 @@ def test_widgets_render_and_respond_in_chromium(tmp_path):
     try:
         lab.wait_ready()
         with playwright_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1400})
                 page.set_default_timeout(60_000)
@@ -260,3 +269,134 @@ def _interact(page) -> None:
     page.locator(".kstore-quiz .ks-quiz-reveal").click()
     page.wait_for_selector(".kstore-quiz .ks-quiz[data-revealed='true'] .ks-a", timeout=20_000)
     page.locator(".kstore-quiz").first.screenshot(path=str(SHOTS / "quiz-revealed.png"))
+
+
+# ------------------------------------------------------------------------------------------------
+# chapters 01, 02 and 09 after Run All: every view shows its cell's moment; a timeline steps
+# ------------------------------------------------------------------------------------------------
+
+CHAPTERS = ["01-record-batch.ipynb", "02-sparse-index.ipynb", "09-replication-hw.ipynb"]
+
+
+def _served_chapter(name: str) -> Path:
+    """The chapter with the moment probe of tests/test_notebooks.py around it (first and last cell)."""
+    import nbformat
+
+    from test_notebooks import PROBE, REPORT
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE))
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT + "\nprint('ALL-' + 'CELLS-DONE')"))
+    served = SERVED_DIR / f"chapter-{name}"
+    nbformat.write(nb, served)
+    return served
+
+
+def _moments_in_page(page) -> list[dict]:
+    import json
+
+    from test_notebooks import MARK
+    text = page.locator(f".jp-OutputArea-output:has-text('{MARK}')").first.inner_text()
+    line = next(line for line in text.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK):])
+
+
+def _timeline_states(page) -> list[dict]:
+    bars = page.locator(".ks-timeline .ks-tl")
+    return [{k: bars.nth(i).get_attribute(f"data-{k}") for k in ("frame", "frames", "seq", "bound",
+                                                                 "bound-seq")}
+            for i in range(bars.count())]
+
+
+def _check_moments(page, name: str) -> None:
+    moments = _moments_in_page(page)
+    states = _timeline_states(page)
+    assert moments, f"{name}: the probe saw no view"
+    assert len(states) == len(moments), (name, states, moments)
+    for m, st in zip(moments, states):       # display order = page order
+        assert m["shows_its_moment"] and m["moment_is_bound_frame"], (name, m)
+        assert st["frame"] == st["bound"], (name, m["view"], st)
+        assert int(st["seq"]) == int(st["bound-seq"]) == m["seq_at_cell_end"], (name, m, st)
+
+
+@pytest.mark.timeout(420)
+def test_chapters_01_02_09_show_each_view_at_its_moment_and_step_a_timeline(tmp_path):
+    chromium = need_chromium()
+    SERVED_DIR.mkdir(parents=True, exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    served = [_served_chapter(name) for name in CHAPTERS]
+    lab = _Lab(tmp_path)
+    try:
+        lab.wait_ready()
+        with playwright_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            try:
+                for name, path in zip(CHAPTERS, served):
+                    page = browser.new_page(viewport={"width": 1500, "height": 1400})
+                    page.set_default_timeout(60_000)
+                    _run_notebook(page, lab, path)
+                    _check_moments(page, name)
+                    getattr(sys.modules[__name__], f"_chapter_{name[:2]}")(page)
+                    page.screenshot(path=str(SHOTS / f"chapter-{name[:2]}-end.png"))
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        lab.close()
+        for path in served:
+            path.unlink(missing_ok=True)
+
+
+def _chapter_01(page) -> None:
+    # the hex view beside the text about the first record: still on byte 0 after Run All
+    hexview = page.locator(".kstore-hexview").first
+    assert hexview.locator(".ks-hex").get_attribute("data-start") == "0"
+    bar = hexview.locator(".ks-tl")
+    bound_seq, frames = int(bar.get_attribute("data-seq")), int(bar.get_attribute("data-frames"))
+    assert frames > 1, "later appends were recorded on the hex view's timeline"
+    before = hexview.locator(".ks-hex").inner_html()
+    hexview.locator(".ks-tl-fwd").click()                   # one engine event later
+    _wait_attr_change(page, ".kstore-hexview .ks-tl", "data-seq", str(bound_seq))
+    assert int(bar.get_attribute("data-frame")) == int(bar.get_attribute("data-bound")) + 1
+    assert hexview.locator(".ks-hex").inner_html() != before
+    hexview.screenshot(path=str(SHOTS / "chapter-01-hexview-stepped.png"))
+    hexview.locator(".ks-tl-back").click()                  # and back: the same picture as before
+    _wait_attr(page, ".kstore-hexview .ks-tl", "data-seq", str(bound_seq))
+    assert hexview.locator(".ks-hex").inner_html() == before
+    hexview.locator(".ks-tl-now").click()                   # the present: the last frame
+    _wait_attr(page, ".kstore-hexview .ks-tl", "data-frame", str(frames - 1))
+
+
+def _chapter_02(page) -> None:
+    # "It is empty now": the index view under that sentence shows no entry after Run All
+    index = page.locator(".kstore-indexview").first
+    assert index.locator(".ks-idx").get_attribute("data-entries") == "0"
+    index.locator(".ks-tl-follow input").check()             # follow live: the present, > 0 entries
+    deadline = time.monotonic() + 20
+    while index.locator(".ks-idx").get_attribute("data-entries") == "0" and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert int(index.locator(".ks-idx").get_attribute("data-entries")) > 0
+
+
+def _chapter_09(page) -> None:
+    # the first replica view, before "Sequence 1" runs: broker 0 leads epoch 0, both in the ISR
+    rep = page.locator(".kstore-replicas .ks-rep").first
+    assert rep.get_attribute("data-leader") == "0", rep.get_attribute("data-leader")
+    assert rep.get_attribute("data-isr") == "[0, 1]", rep.get_attribute("data-isr")
+
+
+# ------------------------------------------------------------------------------------------------
+# without Chromium: a skip that says what to install (outside CI), a failure in CI
+# ------------------------------------------------------------------------------------------------
+
+def test_missing_chromium_skips_outside_ci_and_fails_in_ci(tmp_path):
+    missing = str(tmp_path / "no-chromium-here")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        need_chromium({"CI": ""}, candidates=(missing,))
+    assert "Chromium" in str(skipped.value) and "`apt-get install chromium`" in str(skipped.value)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        need_chromium({"CI": "true"}, candidates=(missing,))
+    assert "apt-get install chromium" in str(failed.value) and "CI=true" in str(failed.value)
+    present = tmp_path / "chromium"
+    present.write_text("#!/bin/sh\n")
+    present.chmod(0o755)
+    assert need_chromium({"CI": "true"}, candidates=(missing, str(present))) == str(present)

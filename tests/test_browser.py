@@ -167,9 +167,11 @@ def test_widgets_render_and_respond_in_chromium(tmp_path):
     assert time.monotonic() - started < 170
 
 
-def _run_notebook(page, lab: _Lab, served: Path) -> None:
+def _run_notebook(page, lab: _Lab, served: Path, workspace: str | None = None) -> None:
     rel = served.relative_to(ROOT).as_posix()
-    page.goto(f"{lab.base}/lab/tree/{rel}", wait_until="domcontentloaded")
+    # a workspace of its own: only this notebook open (not the ones opened before in this lab)
+    where = f"workspaces/{workspace}/tree" if workspace else "tree"
+    page.goto(f"{lab.base}/lab/{where}/{rel}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     # the kernel is started and idle: the toolbar indicator and the status bar both say so
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=90_000)
@@ -224,8 +226,11 @@ def _check_widgets(page) -> None:
     # hover text: the CRC field at byte 17 of the first batch is named in its title
     titles = page.locator(".kstore-hexview .ks-rows span[title^='crc [']")
     assert titles.count() >= 1 and "CRC-32C" in titles.first.get_attribute("title")
-    # the appends made after display reached the hex view through events: new bytes highlighted
-    assert page.locator(".kstore-hexview .ks-new").count() >= 1
+    # the appends made after display reached the hex view through events: it keeps its moment,
+    # and "now ▶|" on its timeline shows the new bytes highlighted
+    assert page.locator(".kstore-hexview .ks-new").count() == 0
+    page.locator(".kstore-hexview .ks-tl-now").click()
+    page.wait_for_selector(".kstore-hexview .ks-new", timeout=20_000)
     assert page.locator(".kstore-zerocopy .ks-zc").first.get_attribute("data-measured") == "true"
     assert int(page.locator(".kstore-compaction .ks-comp").first.get_attribute("data-removed")) > 0
     assert int(page.locator(".kstore-offsets .ks-off").first.get_attribute("data-rows")) == 2
@@ -333,7 +338,7 @@ def test_chapters_01_02_09_show_each_view_at_its_moment_and_step_a_timeline(tmp_
                 for name, path in zip(CHAPTERS, served):
                     page = browser.new_page(viewport={"width": 1500, "height": 1400})
                     page.set_default_timeout(60_000)
-                    _run_notebook(page, lab, path)
+                    _run_notebook(page, lab, path, workspace=f"chapter-{name[:2]}")
                     _check_moments(page, name)
                     getattr(sys.modules[__name__], f"_chapter_{name[:2]}")(page)
                     page.screenshot(path=str(SHOTS / f"chapter-{name[:2]}-end.png"))
@@ -363,18 +368,34 @@ def _chapter_01(page) -> None:
     _wait_attr(page, ".kstore-hexview .ks-tl", "data-seq", str(bound_seq))
     assert hexview.locator(".ks-hex").inner_html() == before
     hexview.locator(".ks-tl-now").click()                   # the present: the last frame
-    _wait_attr(page, ".kstore-hexview .ks-tl", "data-frame", str(frames - 1))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (int(bar.get_attribute("data-frame")) + 1 !=
+                                           int(bar.get_attribute("data-frames"))):
+        page.wait_for_timeout(100)
+    assert int(bar.get_attribute("data-frame")) + 1 == int(bar.get_attribute("data-frames"))
+    assert int(bar.get_attribute("data-seq")) > bound_seq
 
 
 def _chapter_02(page) -> None:
     # "It is empty now": the index view under that sentence shows no entry after Run All
     index = page.locator(".kstore-indexview").first
     assert index.locator(".ks-idx").get_attribute("data-entries") == "0"
-    index.locator(".ks-tl-follow input").check()             # follow live: the present, > 0 entries
-    deadline = time.monotonic() + 20
-    while index.locator(".ks-idx").get_attribute("data-entries") == "0" and time.monotonic() < deadline:
-        page.wait_for_timeout(100)
+    # ▶ steps through the appends the chapter made next, until the first index entry appears
+    bar = index.locator(".ks-tl")
+    frames = int(bar.get_attribute("data-frames"))
+    for _ in range(frames):
+        if index.locator(".ks-idx").get_attribute("data-entries") != "0":
+            break
+        seq = bar.get_attribute("data-seq")
+        index.locator(".ks-tl-fwd").click()
+        _wait_attr_change(page, ".kstore-indexview .ks-tl", "data-seq", seq)
     assert int(index.locator(".ks-idx").get_attribute("data-entries")) > 0
+    assert "index entry" in bar.inner_text()                # the step is named by its event
+    index.screenshot(path=str(SHOTS / "chapter-02-indexview-first-entry.png"))
+    index.locator(".ks-tl-follow").click()                   # follow live: the present
+    _wait_attr(page, ".kstore-indexview .ks-tl", "data-follow", "true")
+    _wait_attr(page, ".kstore-indexview .ks-tl", "data-frame",
+               str(int(bar.get_attribute("data-frames")) - 1))
 
 
 def _chapter_09(page) -> None:

@@ -718,9 +718,13 @@ def test_directory_view_shows_its_moment_and_replays_each_later_event(small_log)
     view.tl_back.click()                                    # frame 0: when it was built
     view.tl_now.click()
     assert view.html.value == expected[-1]
-    view.tl_follow.value = True                             # free play: follow the engine
+    view.tl_follow.click()                                  # free play: follow the engine
     small_log.append([("k", "live")])
     assert view.html.value == DirectoryModel(small_log).render_html()
+    assert 'data-follow="true"' in view.tl_label.value and view.tl_follow.button_style == "success"
+    view.tl_follow.click()                                  # stop: stay on this frame
+    small_log.append([("k", "not shown")])
+    assert view.html.value != DirectoryModel(small_log).render_html() and not view.timeline.follow
 
 
 def test_every_engine_view_records_a_frame_per_engine_event(small_log, cluster):
@@ -760,3 +764,20 @@ def test_a_user_action_on_a_bound_view_shows_the_present(small_log):
     view.next.click()
     assert view.timeline.at_end and view.model.start == 64
     assert view.html.value == view.model.render_html()
+
+
+def test_a_view_whose_log_was_removed_keeps_its_frames_and_says_why(make_log):
+    from kstore.widgets import IndexView
+
+    log = make_log({"index.interval.bytes": 100})
+    view = IndexView(log, min_interval=0)
+    view.bind()
+    for i in range(5):
+        log.append([("k", "x" * 120)])
+    frames = len(view.timeline.frames)
+    log.close()
+    shutil.rmtree(log.dir)                                  # what a chapter's cleanup cell does
+    view.tl_follow.click()
+    assert view.timeline.follow and view.timeline.at_end and len(view.timeline.frames) == frames
+    assert "cannot read the engine now" in view.tl_label.value
+    assert view.step(-1) is view.timeline.frames[-2]        # the recorded frames still step

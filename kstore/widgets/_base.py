@@ -20,7 +20,7 @@ while its cell runs the view follows the engine; when the cell that displayed it
 (IPython's `post_run_cell`), the view takes one more frame — the *bound* frame, the state "when its
 cell ran" — and stops following. Later engine events are still recorded as frames (bursts coalesced
 by the `Redrawer`), so the timeline bar under the view steps back/forward through them ("◀", "▶",
-"⏮ its cell", "now ⏭") and a "follow live" switch lets the learner play freely.
+"|◀ its cell", "now ▶|") and a "follow live" switch lets the learner play freely.
 A user action on the view itself (a page button, Step, Produce...) acts on the present: its frame
 is shown at once (the timeline jumps to now).
 
@@ -320,7 +320,11 @@ def describe_events(events: list[Event]) -> str:
     counts: dict[str, int] = {}
     for e in events:
         counts[e.kind] = counts.get(e.kind, 0) + 1
-    return " · ".join(k if n == 1 else f"{k} ×{n}" for k, n in counts.items())
+    return " · ".join(_kind_words(k) + ("" if n == 1 else f" ×{n}") for k, n in counts.items())
+
+
+def _kind_words(kind: str) -> str:
+    return kind.replace("_", " ")
 
 
 def describe_event(event: Event) -> str:
@@ -340,7 +344,7 @@ def describe_event(event: Event) -> str:
         return f"delete segment {d.get('segment')}"
     if event.kind in ("crash", "restart"):
         return f"{event.kind} broker {d.get('broker')}"
-    return event.kind
+    return _kind_words(event.kind)
 
 
 class Timeline:
@@ -449,6 +453,7 @@ class WidgetView:
     widget = None
     model = None
     timeline: Timeline | None = None
+    capture_error: str | None = None        # why the latest capture failed (files removed...)
     frame_parts: tuple[str, ...] = ("html",)   # the widgets whose `.value` make one frame
 
     def _ipython_display_(self):
@@ -475,21 +480,20 @@ class WidgetView:
         self._pending_lock = threading.Lock()
         self._show_now = False
         btn = lambda label, tip, cls: button(W, label, tip, cls)   # noqa: E731
-        self.tl_cell = btn("⏮ its cell", "the state when this view's cell ran", "ks-tl-cell")
+        self.tl_cell = btn("|◀ its cell", "the state when this view's cell ran", "ks-tl-cell")
         self.tl_back = btn("◀", "one engine event back", "ks-tl-back")
         self.tl_fwd = btn("▶", "one engine event forward", "ks-tl-fwd")
-        self.tl_now = btn("now ⏭", "the engine's state now", "ks-tl-now")
-        self.tl_follow = W.Checkbox(value=False, description="follow live", indent=False,
-                                    layout=W.Layout(width="110px"))
-        self.tl_follow.add_class("ks-tl-follow")
+        self.tl_now = btn("now ▶|", "the engine's state now", "ks-tl-now")
+        # a button, not a checkbox: a click is one message, never undone by the kernel's echo
+        self.tl_follow = btn("follow live", "redraw as the engine changes (click again to stop)",
+                             "ks-tl-follow")
         self.tl_label = W.HTML()
         self.tl_label.add_class("ks-tl-label")
         self.tl_cell.on_click(lambda _: self._show(self.timeline.go_bound()))
         self.tl_back.on_click(lambda _: self.step(-1))
         self.tl_fwd.on_click(lambda _: self.step(1))
         self.tl_now.on_click(lambda _: self.live(False))
-        self._syncing_bar = False
-        self.tl_follow.observe(self._on_follow, names="value")
+        self.tl_follow.on_click(lambda _: self.toggle_follow())
         bar = W.HBox([self.tl_cell, self.tl_back, self.tl_label, self.tl_fwd, self.tl_now,
                       self.tl_follow])
         bar.add_class("ks-timeline")
@@ -512,8 +516,15 @@ class WidgetView:
         with self._pending_lock:
             events, self._pending_events = self._pending_events, []
             show, self._show_now = self._show_now, False
-        self.sync_controls()
-        frame = self.timeline.record(self.render_frame(), seq, events, show=show)
+        try:
+            self.sync_controls()
+            values = self.render_frame()
+        except Exception as e:     # e.g. the chapter closed the log and removed its files
+            self.capture_error = f"cannot read the engine now ({type(e).__name__}: {e})"
+            self._update_bar()
+            return self.timeline.current
+        self.capture_error = None
+        frame = self.timeline.record(values, seq, events, show=show)
         if self.timeline.follow or show:
             self._show(self.timeline.current)
         else:
@@ -553,19 +564,20 @@ class WidgetView:
 
     def live(self, follow: bool = True) -> Frame:
         """Show the engine's state now; with `follow`, keep following it."""
+        if follow:
+            self.timeline.follow = True
         self.capture()
         frame = self.timeline.go_live(follow)
         self._show(frame)
         return frame
 
-    def _on_follow(self, change) -> None:
-        if self._syncing_bar:
-            return
-        if change["new"]:
-            self.live(True)
-        else:
+    def toggle_follow(self) -> None:
+        """The "follow live" button: start following the engine, or stop (and stay on that frame)."""
+        if self.timeline.follow:
             self.timeline.follow = False
             self._update_bar()
+        else:
+            self.live(True)
 
     def _show(self, frame: Frame) -> None:
         for name in self.frame_parts:
@@ -575,11 +587,8 @@ class WidgetView:
 
     def _update_bar(self) -> None:
         st = self.timeline.status()
-        self._syncing_bar = True
-        try:
-            self.tl_follow.value = st["follow"]
-        finally:
-            self._syncing_bar = False
+        self.tl_follow.description = "● following live" if st["follow"] else "follow live"
+        self.tl_follow.button_style = "success" if st["follow"] else ""
         when = ("its cell" if st["frame"] == st["bound"] else
                 "now" if st["frame"] == st["frames"] - 1 else "earlier" if
                 st["bound"] is not None and st["frame"] < st["bound"] else "later")
@@ -591,7 +600,9 @@ class WidgetView:
                                                  data_bound_seq=st["bound_seq"],
                                                  data_follow=str(st["follow"]).lower()) +
             f'>frame <b>{st["frame"] + 1}/{st["frames"]}</b> · {esc(when)} · engine event '
-            f'#{st["seq"]} · {esc(st["label"])}</span>')
+            f'#{st["seq"]} · {esc(st["label"])}'
+            + (f' · <i>{esc(self.capture_error)}: the last frame recorded is the latest</i>'
+               if self.capture_error and st["frame"] == st["frames"] - 1 else "") + '</span>')
         self.tl_back.disabled = st["frame"] == 0
         self.tl_fwd.disabled = st["frame"] == st["frames"] - 1
 

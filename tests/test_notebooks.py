@@ -70,6 +70,8 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         f"{path.name} is committed with outputs"
+    assert "widgets" not in nb.metadata, \
+        f"{path.name} is committed with saved widget state (pictures of some old run)"
     nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE))
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
     client = NotebookClient(nb, timeout=300, kernel_name="python3",

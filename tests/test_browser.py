@@ -15,6 +15,7 @@ Screenshots go to `test-artifacts/widgets/`. Everything is bounded (pytest timeo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -139,31 +140,49 @@ def _wait_attr_change(page, selector: str, name: str, old, timeout: float = 20.0
     raise AssertionError(f"{selector} [{name}] stayed {old!r} for {timeout}s")
 
 
-@pytest.mark.timeout(180)
-def test_widgets_render_and_respond_in_chromium(tmp_path):
+@contextlib.contextmanager
+def _lab_with_chromium(tmp_path: Path, served: list[Path]):
+    """JupyterLab (`make lab`) and a headless Chromium; yields (lab, new_page). On the way out the
+    browser and the lab are stopped and the `served` notebook copies removed."""
     chromium = need_chromium()
-    SERVED_DIR.mkdir(parents=True, exist_ok=True)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    served = SERVED_DIR / NOTEBOOK.name
-    shutil.copyfile(NOTEBOOK, served)
-    started = time.monotonic()
     lab = _Lab(tmp_path)
     try:
         lab.wait_ready()
         with playwright_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-            try:
+
+            def new_page():
                 page = browser.new_page(viewport={"width": 1500, "height": 1400})
                 page.set_default_timeout(60_000)
-                _run_notebook(page, lab, served)
-                _check_widgets(page)
-                _interact(page)
-                page.screenshot(path=str(SHOTS / "notebook-end.png"), full_page=False)
+                return page
+            try:
+                yield lab, new_page
             finally:
                 browser.close()
     finally:
         lab.close()
-        served.unlink(missing_ok=True)
+        for path in served:
+            path.unlink(missing_ok=True)
+
+
+def _serve(name: str) -> Path:
+    SERVED_DIR.mkdir(parents=True, exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return SERVED_DIR / name
+
+
+@pytest.mark.timeout(180)
+def test_widgets_render_and_respond_in_chromium(tmp_path):
+    need_chromium()
+    served = _serve(NOTEBOOK.name)
+    shutil.copyfile(NOTEBOOK, served)
+    started = time.monotonic()
+    with _lab_with_chromium(tmp_path, [served]) as (lab, new_page):
+        page = new_page()
+        _run_notebook(page, lab, served)
+        _check_widgets(page)
+        _interact(page)
+        page.screenshot(path=str(SHOTS / "notebook-end.png"), full_page=False)
     assert time.monotonic() - started < 170
 
 
@@ -291,7 +310,7 @@ def _served_chapter(name: str) -> Path:
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE))
     nb.cells.append(nbformat.v4.new_code_cell(REPORT + "\nprint('ALL-' + 'CELLS-DONE')"))
-    served = SERVED_DIR / f"chapter-{name}"
+    served = _serve(f"chapter-{name}")
     nbformat.write(nb, served)
     return served
 
@@ -325,30 +344,16 @@ def _check_moments(page, name: str) -> None:
 
 @pytest.mark.timeout(420)
 def test_chapters_01_02_09_show_each_view_at_its_moment_and_step_a_timeline(tmp_path):
-    chromium = need_chromium()
-    SERVED_DIR.mkdir(parents=True, exist_ok=True)
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    need_chromium()
     served = [_served_chapter(name) for name in CHAPTERS]
-    lab = _Lab(tmp_path)
-    try:
-        lab.wait_ready()
-        with playwright_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-            try:
-                for name, path in zip(CHAPTERS, served):
-                    page = browser.new_page(viewport={"width": 1500, "height": 1400})
-                    page.set_default_timeout(60_000)
-                    _run_notebook(page, lab, path, workspace=f"chapter-{name[:2]}")
-                    _check_moments(page, name)
-                    getattr(sys.modules[__name__], f"_chapter_{name[:2]}")(page)
-                    page.screenshot(path=str(SHOTS / f"chapter-{name[:2]}-end.png"))
-                    page.close()
-            finally:
-                browser.close()
-    finally:
-        lab.close()
-        for path in served:
-            path.unlink(missing_ok=True)
+    with _lab_with_chromium(tmp_path, served) as (lab, new_page):
+        for name, path in zip(CHAPTERS, served):
+            page = new_page()
+            _run_notebook(page, lab, path, workspace=f"chapter-{name[:2]}")
+            _check_moments(page, name)
+            getattr(sys.modules[__name__], f"_chapter_{name[:2]}")(page)
+            page.screenshot(path=str(SHOTS / f"chapter-{name[:2]}-end.png"))
+            page.close()
 
 
 def _chapter_01(page) -> None:

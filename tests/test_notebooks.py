@@ -54,6 +54,23 @@ print({MARK!r} + _ks_json.dumps(_ks_rows))
 """
 
 
+# Long cells show a progress bar (tqdm-like, ipywidgets): text each finished bar must show.
+PROGRESS_BARS = {
+    "02-sparse-index.ipynb": ["2,000 batches + 2,000 lookups per interval: 5/5 intervals"],
+    "04-finding-a-message.ipynb": ["grow the log, time 1,000 lookups at each size: 6/6 log sizes"],
+    "11-zero-copy.ipynb": ["128 MiB into one segment: 132/132 batches", "both ways, 3 runs each: 6/6"],
+    "13-spark-pipeline.ipynb": ["Spark: "],
+}
+
+
+def finished_bars(nb) -> list[str]:
+    """The label of every progress bar that finished, from the widget state nbclient saved."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m["state"]["value"] for m in state.get("state", {}).values()
+            if m.get("model_name") == "HTMLModel" and "ks-progress-text" in m["state"].get("value", "")
+            and "done in" in m["state"]["value"]]
+
+
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no course notebook"
 
@@ -84,6 +101,10 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
               if o.get("output_type") == "error"]
     assert not errors
     # The run time is recorded above, not asserted: timing belongs in bench/, not in tests.
+
+    bars = finished_bars(nb)
+    for text in PROGRESS_BARS.get(path.name, []):
+        assert any(text in bar for bar in bars), f"no finished progress bar showing {text!r}: {bars}"
 
     # every displayed view still shows the engine's state as of the end of its own cell
     moments = view_moments(nb)

@@ -443,7 +443,7 @@ class Timeline:
 TIMELINE_CSS = """
 .ks-tl{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;color:#444;padding:2px 6px;}
 .ks-tl b{color:#222;}
-.ks-tl .ks-tl-past{color:#a15c00;}
+.ks-tl.ks-tl-past{color:#a15c00;}
 """
 
 
@@ -520,6 +520,8 @@ class WidgetView:
             self.sync_controls()
             values = self.render_frame()
         except Exception as e:     # e.g. the chapter closed the log and removed its files
+            if not self.timeline.frames:
+                raise              # a view that cannot draw its first picture is a plain error
             self.capture_error = f"cannot read the engine now ({type(e).__name__}: {e})"
             self._update_bar()
             return self.timeline.current

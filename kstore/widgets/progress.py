@@ -248,6 +248,10 @@ def watch_spark(spark):
     current: list[SparkTasksBar] = []
 
     def before(*_args) -> None:
+        try:
+            spark.sparkContext.statusTracker()
+        except Exception:          # Spark was stopped: no more bars (and no error in the cell)
+            return
         current.append(SparkTasksBar(spark))
 
     def after(*_args) -> None:

@@ -34,6 +34,7 @@ How a view opts in (what a subclass does):
 `HtmlView` (one HTML block over a `model_class`) does all of this already: a subclass that only
 sets `model_class` and `css_class` gets the timeline for free. A `WidgetView` subclass that keeps
 its own `Redrawer` and `_draw()` (the interface before timelines) still works, without a timeline.
+(The quiz cards and the progress bars show no engine state, so they have none.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
   pasted copy), optionally only the lines between two markers;
 * `workdir(name)` gives a fresh temporary directory that is removed when the notebook's kernel
   exits (or with `.cleanup()`), so chapters leave nothing behind;
-* `hexdump(data)` prints bytes the way the reference tables show them.
+* `hexdump(data)` prints bytes the way the reference tables show them;
+* `micro_batch_table(query.recentProgress)` and `plot_micro_batches(table)` show a Spark
+  streaming query's micro-batches as a table and as bars (rows read, rows per second).
 """
 
 from __future__ import annotations
@@ -59,3 +61,36 @@ def hexdump(data: bytes, width: int = 16, start: int = 0) -> str:
         chunk = data[i:i + width]
         lines.append(f"{start + i:04x}: " + " ".join(f"{b:02x}" for b in chunk))
     return "\n".join(lines)
+
+
+def micro_batch_table(progress: list[dict]):
+    """A Spark streaming query's `recentProgress` → one row per micro-batch: rows read, the
+    source's offset range, how long the batch took and how many rows per second it processed."""
+    import pandas as pd
+    return pd.DataFrame([{
+        "batch": p["batchId"], "rows read": p["numInputRows"],
+        "start offsets": p["sources"][0]["startOffset"],
+        "end offsets": p["sources"][0]["endOffset"],
+        "ms": p.get("durationMs", {}).get("triggerExecution"),
+        "rows/s processed": round(p.get("processedRowsPerSecond") or 0.0)} for p in progress])
+
+
+def plot_micro_batches(table, title: str = "micro-batches"):
+    """Rows read and rows processed per second for each micro-batch, side by side, as a PNG image
+    the notebook shows as the cell's result (a matplotlib Figure, no pyplot state)."""
+    from IPython.display import Image
+    from matplotlib.figure import Figure
+
+    from .widgets._base import figure_png
+    fig = Figure(figsize=(8, 2.8))
+    labels = [str(b) for b in table["batch"]]
+    for k, (column, colour) in enumerate([("rows read", "#4c78a8"),
+                                          ("rows/s processed", "#59a14f")]):
+        ax = fig.add_subplot(1, 2, k + 1)
+        ax.bar(labels, table[column], color=colour)
+        ax.set_title(column, fontsize=10)
+        ax.set_xlabel("micro-batch", fontsize=9)
+        ax.tick_params(labelsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return Image(data=figure_png(fig), format="png")

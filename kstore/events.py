@@ -1,12 +1,18 @@
 """Engine events, so widgets can redraw when the files change (no polling).
 
 The engine calls `bus.emit(kind, source, **details)` after each change; subscribers receive an
-`Event`. Kinds used by the log: append, roll, truncate, recover, flush, delete, load, close.
+`Event`. Kinds used by the log: append, index_entry, roll, truncate, recover, flush, delete,
+load, close, high_watermark, log_start_offset, clean; by the cluster: crash, restart, election.
 A failing subscriber never breaks the engine: its exception is kept in `bus.errors`.
+
+Every emitted event gets a sequence number from one process-wide counter (`Event.seq`, and
+`last_seq()` for the newest), so "the engine's state as of event N" means the same thing on every
+bus — the widgets' timelines use it to say which moment a picture shows.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -17,6 +23,22 @@ class Event:
     kind: str
     source: str                      # the partition directory (or log dir) the event is about
     details: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0                     # position in the process-wide event log (see last_seq)
+
+
+_counter = itertools.count(1)
+_last_seq = 0
+
+
+def last_seq() -> int:
+    """The sequence number of the newest engine event emitted so far (0: none yet)."""
+    return _last_seq
+
+
+def _next_seq() -> int:
+    global _last_seq
+    _last_seq = next(_counter)       # itertools.count is atomic under the GIL
+    return _last_seq
 
 
 class EventBus:
@@ -38,9 +60,10 @@ class EventBus:
         return unsubscribe
 
     def emit(self, kind: str, source: str, **details: Any) -> None:
+        seq = _next_seq()                # counted even unobserved: a view shown later still agrees
         if not self._subscribers:
             return
-        event = Event(kind, source, details)
+        event = Event(kind, source, details, seq)
         for callback, kinds in list(self._subscribers):
             if kinds is None or kind in kinds:
                 try:

@@ -325,6 +325,7 @@ class Log:
                 if batch.partition_leader_epoch >= 0:
                     self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
             segment, rolled = self._maybe_roll(len(buf), info)
+            index_entries = segment.offset_index.entries     # to tell views of a new index entry
             segment.append(info.last_offset, info.max_timestamp,
                            info.shallow_offset_of_max_timestamp, bytes(buf))
             self._next_offset = info.last_offset + 1
@@ -340,6 +341,9 @@ class Log:
                              last_offset=info.last_offset, size=len(buf),
                              position=segment.size - len(buf), segment=segment.base_offset,
                              batches=len(batches))
+            if segment.offset_index.entries > index_entries:
+                self.events.emit("index_entry", self.dir, segment=segment.base_offset,
+                                 offset=info.last_offset, position=segment.size - len(buf))
         self.scheduler.run_due()
         return info if not rolled else _replace(info, rolled=True)
 

@@ -19,6 +19,7 @@ import time
 from typing import TextIO
 
 from .broker import Broker
+from .cli_progress import ProgressLine, counted
 from .consumer import Consumer
 from .errors import KStoreError
 from .producer import Producer
@@ -90,7 +91,8 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
         producer = Producer(broker, acks=args.acks, batch_size=args.batch_size,
                             linger_ms=args.linger_ms, compression_type=args.compression_codec)
         futures = []
-        for line_no, line in enumerate(inp, start=1):
+        progress = ProgressLine(f"produce to {args.topic}", "records")   # stderr, only on a TTY
+        for line_no, line in enumerate(counted(inp, progress), start=1):
             line = line.rstrip("\n")
             key = None
             if parse_key:
@@ -103,6 +105,7 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
             futures.append((key, value, producer.send(args.topic, value, key=key,
                                                        partition=args.partition)))
         producer.close()
+        progress.finish()
         failed = 0
         for key, value, future in futures:
             error = future.exception()

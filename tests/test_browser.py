@@ -15,9 +15,11 @@ Screenshots go to `test-artifacts/widgets/`. Everything is bounded (pytest timeo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 from pathlib import Path
@@ -48,6 +50,16 @@ WIDGETS = {  # root class (ipywidgets add_class) -> what must be inside it
 }
 
 import playwright.sync_api as playwright_api  # noqa: E402  (a declared test dependency)
+
+from tool_check import require_tool  # noqa: E402
+
+INSTALL_CHROMIUM = "apt-get install chromium"
+
+
+def need_chromium(environ=os.environ, candidates=(CHROMIUM,)) -> str:
+    """Debian's chromium, or a skip naming it and `apt-get install chromium` (a failure in CI)."""
+    return require_tool(list(candidates), "Chromium (Debian's chromium package)", INSTALL_CHROMIUM,
+                        environ)
 
 
 def _lab_settings(tmp: Path) -> Path:
@@ -128,39 +140,57 @@ def _wait_attr_change(page, selector: str, name: str, old, timeout: float = 20.0
     raise AssertionError(f"{selector} [{name}] stayed {old!r} for {timeout}s")
 
 
-@pytest.mark.timeout(180)
-def test_widgets_render_and_respond_in_chromium(tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium; "
-                    f".ci/run does it in CI)")
-    SERVED_DIR.mkdir(parents=True, exist_ok=True)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    served = SERVED_DIR / NOTEBOOK.name
-    shutil.copyfile(NOTEBOOK, served)
-    started = time.monotonic()
+@contextlib.contextmanager
+def _lab_with_chromium(tmp_path: Path, served: list[Path]):
+    """JupyterLab (`make lab`) and a headless Chromium; yields (lab, new_page). On the way out the
+    browser and the lab are stopped and the `served` notebook copies removed."""
+    chromium = need_chromium()
     lab = _Lab(tmp_path)
     try:
         lab.wait_ready()
         with playwright_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+
+            def new_page():
                 page = browser.new_page(viewport={"width": 1500, "height": 1400})
                 page.set_default_timeout(60_000)
-                _run_notebook(page, lab, served)
-                _check_widgets(page)
-                _interact(page)
-                page.screenshot(path=str(SHOTS / "notebook-end.png"), full_page=False)
+                return page
+            try:
+                yield lab, new_page
             finally:
                 browser.close()
     finally:
         lab.close()
-        served.unlink(missing_ok=True)
+        for path in served:
+            path.unlink(missing_ok=True)
+
+
+def _serve(name: str) -> Path:
+    SERVED_DIR.mkdir(parents=True, exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return SERVED_DIR / name
+
+
+@pytest.mark.timeout(180)
+def test_widgets_render_and_respond_in_chromium(tmp_path):
+    need_chromium()
+    served = _serve(NOTEBOOK.name)
+    shutil.copyfile(NOTEBOOK, served)
+    started = time.monotonic()
+    with _lab_with_chromium(tmp_path, [served]) as (lab, new_page):
+        page = new_page()
+        _run_notebook(page, lab, served)
+        _check_widgets(page)
+        _interact(page)
+        page.screenshot(path=str(SHOTS / "notebook-end.png"), full_page=False)
     assert time.monotonic() - started < 170
 
 
-def _run_notebook(page, lab: _Lab, served: Path) -> None:
+def _run_notebook(page, lab: _Lab, served: Path, workspace: str | None = None) -> None:
     rel = served.relative_to(ROOT).as_posix()
-    page.goto(f"{lab.base}/lab/tree/{rel}", wait_until="domcontentloaded")
+    # a workspace of its own: only this notebook open (not the ones opened before in this lab)
+    where = f"workspaces/{workspace}/tree" if workspace else "tree"
+    page.goto(f"{lab.base}/lab/{where}/{rel}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     # the kernel is started and idle: the toolbar indicator and the status bar both say so
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=90_000)
@@ -215,8 +245,11 @@ def _check_widgets(page) -> None:
     # hover text: the CRC field at byte 17 of the first batch is named in its title
     titles = page.locator(".kstore-hexview .ks-rows span[title^='crc [']")
     assert titles.count() >= 1 and "CRC-32C" in titles.first.get_attribute("title")
-    # the appends made after display reached the hex view through events: new bytes highlighted
-    assert page.locator(".kstore-hexview .ks-new").count() >= 1
+    # the appends made after display reached the hex view through events: it keeps its moment,
+    # and "now ▶|" on its timeline shows the new bytes highlighted
+    assert page.locator(".kstore-hexview .ks-new").count() == 0
+    page.locator(".kstore-hexview .ks-tl-now").click()
+    page.wait_for_selector(".kstore-hexview .ks-new", timeout=20_000)
     assert page.locator(".kstore-zerocopy .ks-zc").first.get_attribute("data-measured") == "true"
     assert int(page.locator(".kstore-compaction .ks-comp").first.get_attribute("data-removed")) > 0
     assert int(page.locator(".kstore-offsets .ks-off").first.get_attribute("data-rows")) == 2
@@ -260,3 +293,136 @@ def _interact(page) -> None:
     page.locator(".kstore-quiz .ks-quiz-reveal").click()
     page.wait_for_selector(".kstore-quiz .ks-quiz[data-revealed='true'] .ks-a", timeout=20_000)
     page.locator(".kstore-quiz").first.screenshot(path=str(SHOTS / "quiz-revealed.png"))
+
+
+# ------------------------------------------------------------------------------------------------
+# chapters 01, 02 and 09 after Run All: every view shows its cell's moment; a timeline steps
+# ------------------------------------------------------------------------------------------------
+
+CHAPTERS = ["01-record-batch.ipynb", "02-sparse-index.ipynb", "09-replication-hw.ipynb"]
+
+
+def _served_chapter(name: str) -> Path:
+    """The chapter with the moment probe of tests/test_notebooks.py around it (first and last cell)."""
+    import nbformat
+
+    from test_notebooks import PROBE, REPORT
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE))
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT + "\nprint('ALL-' + 'CELLS-DONE')"))
+    served = _serve(f"chapter-{name}")
+    nbformat.write(nb, served)
+    return served
+
+
+def _moments_in_page(page) -> list[dict]:
+    import json
+
+    from test_notebooks import MARK
+    text = page.locator(f".jp-OutputArea-output:has-text('{MARK}')").first.inner_text()
+    line = next(line for line in text.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK):])
+
+
+def _timeline_states(page) -> list[dict]:
+    bars = page.locator(".ks-timeline .ks-tl")
+    return [{k: bars.nth(i).get_attribute(f"data-{k}") for k in ("frame", "frames", "seq", "bound",
+                                                                 "bound-seq")}
+            for i in range(bars.count())]
+
+
+def _check_moments(page, name: str) -> None:
+    moments = _moments_in_page(page)
+    states = _timeline_states(page)
+    assert moments, f"{name}: the probe saw no view"
+    assert len(states) == len(moments), (name, states, moments)
+    for m, st in zip(moments, states):       # display order = page order
+        assert m["shows_its_moment"] and m["moment_is_bound_frame"], (name, m)
+        assert st["frame"] == st["bound"], (name, m["view"], st)
+        assert int(st["seq"]) == int(st["bound-seq"]) == m["seq_at_cell_end"], (name, m, st)
+
+
+@pytest.mark.timeout(420)
+def test_chapters_01_02_09_show_each_view_at_its_moment_and_step_a_timeline(tmp_path):
+    need_chromium()
+    served = [_served_chapter(name) for name in CHAPTERS]
+    with _lab_with_chromium(tmp_path, served) as (lab, new_page):
+        for name, path in zip(CHAPTERS, served):
+            page = new_page()
+            _run_notebook(page, lab, path, workspace=f"chapter-{name[:2]}")
+            _check_moments(page, name)
+            getattr(sys.modules[__name__], f"_chapter_{name[:2]}")(page)
+            page.screenshot(path=str(SHOTS / f"chapter-{name[:2]}-end.png"))
+            page.close()
+
+
+def _chapter_01(page) -> None:
+    # the hex view beside the text about the first record: still on byte 0 after Run All
+    hexview = page.locator(".kstore-hexview").first
+    assert hexview.locator(".ks-hex").get_attribute("data-start") == "0"
+    bar = hexview.locator(".ks-tl")
+    bound_seq, frames = int(bar.get_attribute("data-seq")), int(bar.get_attribute("data-frames"))
+    assert frames > 1, "later appends were recorded on the hex view's timeline"
+    before = hexview.locator(".ks-hex").inner_html()
+    hexview.locator(".ks-tl-fwd").click()                   # one engine event later
+    _wait_attr_change(page, ".kstore-hexview .ks-tl", "data-seq", str(bound_seq))
+    assert int(bar.get_attribute("data-frame")) == int(bar.get_attribute("data-bound")) + 1
+    assert hexview.locator(".ks-hex").inner_html() != before
+    hexview.screenshot(path=str(SHOTS / "chapter-01-hexview-stepped.png"))
+    hexview.locator(".ks-tl-back").click()                  # and back: the same picture as before
+    _wait_attr(page, ".kstore-hexview .ks-tl", "data-seq", str(bound_seq))
+    assert hexview.locator(".ks-hex").inner_html() == before
+    hexview.locator(".ks-tl-now").click()                   # the present: the last frame
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (int(bar.get_attribute("data-frame")) + 1 !=
+                                           int(bar.get_attribute("data-frames"))):
+        page.wait_for_timeout(100)
+    assert int(bar.get_attribute("data-frame")) + 1 == int(bar.get_attribute("data-frames"))
+    assert int(bar.get_attribute("data-seq")) > bound_seq
+
+
+def _chapter_02(page) -> None:
+    # "It is empty now": the index view under that sentence shows no entry after Run All
+    index = page.locator(".kstore-indexview").first
+    assert index.locator(".ks-idx").get_attribute("data-entries") == "0"
+    # ▶ steps through the appends the chapter made next, until the first index entry appears
+    bar = index.locator(".ks-tl")
+    frames = int(bar.get_attribute("data-frames"))
+    for _ in range(frames):
+        if index.locator(".ks-idx").get_attribute("data-entries") != "0":
+            break
+        seq = bar.get_attribute("data-seq")
+        index.locator(".ks-tl-fwd").click()
+        _wait_attr_change(page, ".kstore-indexview .ks-tl", "data-seq", seq)
+    assert int(index.locator(".ks-idx").get_attribute("data-entries")) > 0
+    assert "index entry" in bar.inner_text()                # the step is named by its event
+    index.screenshot(path=str(SHOTS / "chapter-02-indexview-first-entry.png"))
+    index.locator(".ks-tl-follow").click()                   # follow live: the present
+    _wait_attr(page, ".kstore-indexview .ks-tl", "data-follow", "true")
+    _wait_attr(page, ".kstore-indexview .ks-tl", "data-frame",
+               str(int(bar.get_attribute("data-frames")) - 1))
+
+
+def _chapter_09(page) -> None:
+    # the first replica view, before "Sequence 1" runs: broker 0 leads epoch 0, both in the ISR
+    rep = page.locator(".kstore-replicas .ks-rep").first
+    assert rep.get_attribute("data-leader") == "0", rep.get_attribute("data-leader")
+    assert rep.get_attribute("data-isr") == "[0, 1]", rep.get_attribute("data-isr")
+
+
+# ------------------------------------------------------------------------------------------------
+# without Chromium: a skip that says what to install (outside CI), a failure in CI
+# ------------------------------------------------------------------------------------------------
+
+def test_missing_chromium_skips_outside_ci_and_fails_in_ci(tmp_path):
+    missing = str(tmp_path / "no-chromium-here")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        need_chromium({"CI": ""}, candidates=(missing,))
+    assert "Chromium" in str(skipped.value) and "`apt-get install chromium`" in str(skipped.value)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        need_chromium({"CI": "true"}, candidates=(missing,))
+    assert "apt-get install chromium" in str(failed.value) and "CI=true" in str(failed.value)
+    present = tmp_path / "chromium"
+    present.write_text("#!/bin/sh\n")
+    present.chmod(0o755)
+    assert need_chromium({"CI": "true"}, candidates=(missing, str(present))) == str(present)

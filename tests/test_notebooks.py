@@ -1,8 +1,16 @@
 """Every course notebook runs top to bottom on a fresh kernel (nbclient), and leaves nothing behind.
-Each notebook's run time is printed in the test output."""
+Each notebook's run time is printed in the test output.
+
+The same run checks that every view a chapter displays is bound to its moment: when the cell that
+displayed a view finishes, a probe (a `post_run_cell` hook put in the kernel before the chapter's
+first cell) renders that view's picture from the engine as it is then and notes the engine's event
+sequence number; after the last cell — the state a learner sees after Run All — the picture each
+view shows must still be that one, and its timeline's bound frame must carry that number.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -13,10 +21,65 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+MARK = "KSTORE-VIEW-MOMENTS:"
+
+# Runs before the chapter's first cell. Its hook is registered before any view's own one, so it
+# sees the engine exactly as the cell left it, before the view takes its bound frame.
+PROBE = """
+from IPython import get_ipython as _ks_ip
+from kstore.events import last_seq as _ks_last_seq
+from kstore.widgets._base import displayed_views as _ks_displayed
+_ks_moments = {}
+def _ks_probe(result):
+    for view in _ks_displayed():
+        if id(view) not in _ks_moments and view.timeline is not None:
+            _ks_moments[id(view)] = (view, result.execution_count, _ks_last_seq(), view.render_frame())
+_ks_ip().events.register("post_run_cell", _ks_probe)
+"""
+
+# Runs after the chapter's last cell: compares what each view shows now with its moment.
+REPORT = f"""
+import json as _ks_json
+_ks_ip().events.unregister("post_run_cell", _ks_probe)
+_ks_rows = []
+for _v, _cell, _seq, _values in _ks_moments.values():
+    _shown = {{name: getattr(_v, name).value for name in _v.frame_parts}}
+    _st = _v.timeline.status()
+    _ks_rows.append({{"view": type(_v).__name__, "cell": _cell, "seq_at_cell_end": _seq,
+                      "bound_seq": _st["bound_seq"], "frames": _st["frames"],
+                      "shows_its_moment": _shown == _values,
+                      "moment_is_bound_frame": _v.timeline.frames[_st["bound"]].values == _values
+                      if _st["bound"] is not None else False}})
+print({MARK!r} + _ks_json.dumps(_ks_rows))
+"""
+
+
+# Long cells show a progress bar (tqdm-like, ipywidgets): text each finished bar must show.
+PROGRESS_BARS = {
+    "02-sparse-index.ipynb": ["2,000 batches + 2,000 lookups per interval: 5/5 intervals"],
+    "04-finding-a-message.ipynb": ["grow the log, time 1,000 lookups at each size: 6/6 log sizes"],
+    "11-zero-copy.ipynb": ["128 MiB into one segment: 132/132 batches", "both ways, 3 runs each: 6/6"],
+    "13-spark-pipeline.ipynb": ["Spark: "],
+}
+
+
+def finished_bars(nb) -> list[str]:
+    """The label of every progress bar that finished, from the widget state nbclient saved."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m["state"]["value"] for m in state.get("state", {}).values()
+            if m.get("model_name") == "HTMLModel" and "ks-progress-text" in m["state"].get("value", "")
+            and "done in" in m["state"]["value"]]
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no course notebook"
+
+
+def view_moments(nb) -> list[dict]:
+    """The probe's report, from the last (injected) cell's output."""
+    text = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+    line = next(line for line in text.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK):])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -24,6 +87,10 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         f"{path.name} is committed with outputs"
+    assert "widgets" not in nb.metadata, \
+        f"{path.name} is committed with saved widget state (pictures of some old run)"
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PROBE))
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT))
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     start = time.perf_counter()
@@ -34,3 +101,16 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
               if o.get("output_type") == "error"]
     assert not errors
     # The run time is recorded above, not asserted: timing belongs in bench/, not in tests.
+
+    bars = finished_bars(nb)
+    for text in PROGRESS_BARS.get(path.name, []):
+        assert any(text in bar for bar in bars), f"no finished progress bar showing {text!r}: {bars}"
+
+    # every displayed view still shows the engine's state as of the end of its own cell
+    moments = view_moments(nb)
+    wrong = [m for m in moments if not (m["shows_its_moment"] and m["moment_is_bound_frame"]
+                                        and m["bound_seq"] == m["seq_at_cell_end"])]
+    assert not wrong, f"views not showing their cell's moment after Run All: {wrong}"
+    if "from kstore.widgets import" in "".join(c.source for c in nb.cells[1:-1]) and \
+            path.name[:2] not in ("14",) and "glossary" not in path.name:
+        assert moments, f"{path.name} displays views, but the probe saw none"

@@ -515,10 +515,15 @@ def test_zero_copy_measurement_runs_both_paths_here(small_log):
     assert all(r["seconds"] > 0 and r["MB_per_s"] > 0 for r in (copy, zero))
     model = ZeroCopyModel(small_log, size_bytes=1 << 20)
     assert 'data-measured="false"' in model.render_html()
-    model.measure(repeats=1)
+    runs = []
+    model.measure(repeats=2, on_run=lambda: runs.append(1))      # what the progress bar counts
     html = model.render_html()
-    assert 'data-measured="true"' in html and "sendfile ÷ read+send" in html
+    assert len(runs) == 4 and 'data-measured="true"' in html and "sendfile ÷ read+send" in html
     assert model.png()[:4] == b"\x89PNG"
+    # the text states the saving measured, beside the table that shows it (not "half")
+    res = model.measurement["results"]
+    calls = f"{res['read+send']['syscalls']} → {res['sendfile']['syscalls']}"
+    assert f"system calls, {calls}" in html and "half the system calls" not in html
 
 
 # ------------------------------------------------------------------------------------------------
@@ -650,3 +655,134 @@ def test_redraws_are_coalesced_and_no_thread_keeps_running(small_log):
         time.sleep(0.05)
     assert view.redrawer.draws <= 6 and "ks-new" in view.html.value
     assert threading.active_count() == base_threads               # no polling thread left
+
+
+# ------------------------------------------------------------------------------------------------
+# views bound to their moment: snapshot when the cell ran + a timeline of later engine events
+# ------------------------------------------------------------------------------------------------
+
+def test_timeline_steps_back_and_forward_through_recorded_states():
+    from kstore.events import Event
+    from kstore.widgets._base import Timeline
+
+    tl = Timeline(max_frames=50)
+    tl.record({"html": "s0"}, seq=10)
+    tl.record({"html": "s0"}, seq=11, events=[Event("flush", "d", {}, 11)])   # nothing to see
+    assert len(tl.frames) == 1 and tl.frames[0].seq == 11   # the same picture, through seq 11
+    tl.record({"html": "s1"}, seq=12, events=[Event("append", "d", {"first_offset": 3,
+                                                                    "last_offset": 5}, 12)])
+    tl.bind()
+    assert tl.status()["bound"] == 1 and tl.status()["bound_seq"] == 12 and not tl.follow
+    for i in range(2, 6):
+        tl.record({"html": f"s{i}"}, seq=10 + 2 * i, events=[Event("roll", "d", {}, 10 + 2 * i)])
+    assert tl.current.values == {"html": "s1"}              # bound: later events do not move it
+    assert [tl.step(1).values["html"] for _ in range(5)] == ["s2", "s3", "s4", "s5", "s5"]
+    assert [tl.step(-1).values["html"] for _ in range(6)] == ["s4", "s3", "s2", "s1", "s0", "s0"]
+    assert tl.frames[1].label == "append offsets 3–5" and tl.frames[0].label == "when built, then flush"
+    assert tl.go_bound().values == {"html": "s1"}
+    assert tl.go_live().values == {"html": "s5"} and tl.follow
+    tl.record({"html": "s6"}, seq=30)
+    assert tl.current.values == {"html": "s6"}              # following: new frames are shown
+
+
+def test_timeline_keeps_the_first_and_bound_frames_when_trimming():
+    from kstore.widgets._base import Timeline
+
+    tl = Timeline(max_frames=5)
+    for i in range(3):
+        tl.record({"v": i}, seq=i)
+    tl.bind()                                               # frame 2 is the view's moment
+    for i in range(3, 40):
+        tl.record({"v": i}, seq=i)
+    values = [f.values["v"] for f in tl.frames]
+    assert len(values) == 5 and values[0] == 0 and 2 in values and values[-1] == 39
+    assert tl.frames[tl.bound].values == {"v": 2} and tl.current.values == {"v": 2}
+
+
+def test_directory_view_shows_its_moment_and_replays_each_later_event(small_log):
+    from kstore.events import last_seq
+    from kstore.widgets import DirectoryView
+
+    view = DirectoryView(small_log, min_interval=0)
+    moment = view.bind()
+    assert moment.seq == last_seq() and view.html.value == DirectoryModel(small_log).render_html()
+    expected = [view.html.value]
+    for op in (lambda: small_log.append([("k", "after the cell")]), small_log.roll,
+               lambda: small_log.append([("k", "later still")])):
+        op()
+        expected.append(DirectoryModel(small_log).render_html())   # the state after each event
+    assert view.html.value == expected[0]                   # still the moment its cell ran
+    frames = view.timeline.frames
+    assert frames[-1].values["html"] == expected[-1] and frames[-1].seq == last_seq()
+    shown = [view.step(1).values["html"] for _ in range(len(frames) - 1 - view.timeline.bound)]
+    assert shown[-1] == expected[-1] and view.html.value == expected[-1]
+    assert all(s in [f.values["html"] for f in frames] for s in expected)
+    view.tl_cell.click()
+    assert view.html.value == expected[0] and 'data-frame="' in view.tl_label.value
+    assert f'data-bound-seq="{moment.seq}"' in view.tl_label.value
+    view.tl_back.click()                                    # frame 0: when it was built
+    view.tl_now.click()
+    assert view.html.value == expected[-1]
+    view.tl_follow.click()                                  # free play: follow the engine
+    small_log.append([("k", "live")])
+    assert view.html.value == DirectoryModel(small_log).render_html()
+    assert 'data-follow="true"' in view.tl_label.value and view.tl_follow.button_style == "success"
+    view.tl_follow.click()                                  # stop: stay on this frame
+    small_log.append([("k", "not shown")])
+    assert view.html.value != DirectoryModel(small_log).render_html() and not view.timeline.follow
+
+
+def test_every_engine_view_records_a_frame_per_engine_event(small_log, cluster):
+    from kstore.widgets import HexView, IndexView, LookupView, ReplicaView
+
+    views = [HexView(small_log, rows=4, min_interval=0), IndexView(small_log, min_interval=0),
+             LookupView(small_log, 3, min_interval=0)]
+    for v in views:
+        v.bind()
+    bound = [v.html.value for v in views]
+    for i in range(30):                                     # enough bytes for an index entry
+        small_log.append([(f"k{i}", "x" * 40)])
+    small_log.roll()
+    for v, before in zip(views, bound):
+        assert v.html.value == before, type(v).__name__
+        labels = " ".join(f.label for f in v.timeline.frames)
+        # (a lookup of offset 3 looks the same after appends: those fold into one frame)
+        assert ("roll" if isinstance(v, LookupView) else "append") in labels, labels
+    assert "index entry" in " ".join(f.label for f in views[1].timeline.frames)
+    assert "roll" in " ".join(f.label for f in views[0].timeline.frames)
+    rv = ReplicaView(cluster, "orders", min_interval=0)
+    rv.bind()
+    first = rv.html.value
+    cluster.crash(2)
+    assert rv.html.value == first and "crash broker 2" in rv.timeline.frames[-1].label
+    rv.produce_button.click()                               # a user action acts on the present
+    assert rv.timeline.at_end and 'data-leo="1"' in rv.html.value
+
+
+def test_a_user_action_on_a_bound_view_shows_the_present(small_log):
+    from kstore.widgets import HexView
+
+    view = HexView(small_log, rows=4, min_interval=0)
+    view.bind()
+    small_log.append([("k", "v" * 300)])
+    view.model.first_page()
+    view.next.click()
+    assert view.timeline.at_end and view.model.start == 64
+    assert view.html.value == view.model.render_html()
+
+
+def test_a_view_whose_log_was_removed_keeps_its_frames_and_says_why(make_log):
+    from kstore.widgets import IndexView
+
+    log = make_log({"index.interval.bytes": 100})
+    view = IndexView(log, min_interval=0)
+    view.bind()
+    for i in range(5):
+        log.append([("k", "x" * 120)])
+    frames = len(view.timeline.frames)
+    log.close()
+    shutil.rmtree(log.dir)                                  # what a chapter's cleanup cell does
+    view.tl_follow.click()
+    assert view.timeline.follow and view.timeline.at_end and len(view.timeline.frames) == frames
+    assert "cannot read the engine now" in view.tl_label.value
+    assert view.step(-1) is view.timeline.frames[-2]        # the recorded frames still step

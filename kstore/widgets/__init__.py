@@ -15,6 +15,7 @@ and follow its `EventBus` — no polling.
     OffsetsView(broker)               # groups, committed offsets, lag, __consumer_offsets-N
     QuizView()                        # interview flashcards
     bulk_produce(log, 1_000_000)      # long operations show a progress bar
+    watch_spark(spark)                # every later cell running Spark jobs: a bar of its tasks
 """
 
 from .compaction import CompactionModel, CompactionView
@@ -24,7 +25,7 @@ from .hexview import HexModel, HexView
 from .index_view import IndexModel, IndexView
 from .lookup import LookupModel, LookupView, trace_offset, trace_timestamp
 from .offsets import OffsetsModel, OffsetsView
-from .progress import ProgressBar, ProgressModel, bulk_produce, track
+from .progress import ProgressBar, ProgressModel, SparkTasksBar, bulk_produce, track, watch_spark
 from .quiz import DEFAULT_CARDS, Card, QuizModel, QuizView
 from .replica import ReplicaModel, ReplicaView
 from .zerocopy import ZeroCopyModel, ZeroCopyView, measure_transfer
@@ -33,6 +34,7 @@ __all__ = [
     "Card", "CompactionModel", "CompactionView", "DEFAULT_CARDS", "DirectoryModel",
     "DirectoryView", "Field", "HexModel", "HexView", "IndexModel", "IndexView", "KINDS",
     "LookupModel", "LookupView", "OffsetsModel", "OffsetsView", "ProgressBar", "ProgressModel",
-    "QuizModel", "QuizView", "ReplicaModel", "ReplicaView", "ZeroCopyModel", "ZeroCopyView",
-    "bulk_produce", "file_kind", "measure_transfer", "trace_offset", "trace_timestamp", "track",
+    "QuizModel", "QuizView", "ReplicaModel", "ReplicaView", "SparkTasksBar", "ZeroCopyModel",
+    "ZeroCopyView", "bulk_produce", "file_kind", "measure_transfer", "trace_offset",
+    "trace_timestamp", "track", "watch_spark",
 ]

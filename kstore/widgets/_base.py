@@ -1,11 +1,40 @@
-"""What every view shares: a live model fed by engine events, throttled redraws, small HTML helpers.
+"""What every view shares: a live model fed by engine events, a timeline of what it showed, throttled
+redraws, small HTML helpers.
 
 A *model* (`LiveModel`) holds a view's state and renders it as HTML; it knows nothing of
 ipywidgets, so the tests drive it with real engine operations and read its HTML. It subscribes to
 the engine's `EventBus` (no polling): each event it cares about updates its state and tells its
-listeners. A *view* (an ipywidgets box) is one such listener; it redraws through a `Redrawer`,
-which coalesces bursts of events (a bulk produce emits thousands) into at most one redraw per
-`min_interval` seconds, plus a final one when the burst ends.
+listeners. A *view* (`WidgetView`, an ipywidgets box) is one such listener; it redraws through a
+`Redrawer`, which coalesces bursts of events (a bulk produce emits thousands) into at most one
+redraw per `min_interval` seconds, plus a final one when the burst ends.
+
+Views are bound to their moment
+-------------------------------
+A notebook cell shows a view beside prose about the engine *at that point*; after "Run All" the
+engine has moved on, and a view that simply followed it would contradict its prose. So every view
+keeps a `Timeline` of *frames*: a frame is what the view showed (the values of its HTML/image
+widgets) plus the engine's event sequence number (`kstore.events.last_seq()`) it shows the state
+as of, and a label naming the engine events folded into it (append, index entry, roll, truncate,
+high watermark, election, clean, delete, ...). The first frame is taken when the view is built;
+while its cell runs the view follows the engine; when the cell that displayed it finishes
+(IPython's `post_run_cell`), the view takes one more frame — the *bound* frame, the state "when its
+cell ran" — and stops following. Later engine events are still recorded as frames (bursts coalesced
+by the `Redrawer`), so the timeline bar under the view steps back/forward through them ("◀", "▶",
+"|◀ its cell", "now ▶|") and a "follow live" switch lets the learner play freely.
+A user action on the view itself (a page button, Step, Produce...) acts on the present: its frame
+is shown at once (the timeline jumps to now).
+
+How a view opts in (what a subclass does):
+ 1. build its widgets; the ones whose `.value` make up a picture are named in `frame_parts`
+    (default `("html",)`; e.g. `("html", "image")`), and `render_frame()` returns those values
+    (default: `{"html": self.model.render_html()}`);
+ 2. put the live-only control updates (button labels, dropdown options) in `sync_controls()`;
+ 3. end `__init__` with `self.start_timeline(min_interval)` — no own `Redrawer`, no `_draw()` call:
+    it subscribes to the model, appends the timeline bar to `self.widget` and takes frame 0.
+`HtmlView` (one HTML block over a `model_class`) does all of this already: a subclass that only
+sets `model_class` and `css_class` gets the timeline for free. A `WidgetView` subclass that keeps
+its own `Redrawer` and `_draw()` (the interface before timelines) still works, without a timeline.
+(The quiz cards and the progress bars show no engine state, so they have none.)
 """
 
 from __future__ import annotations
@@ -13,9 +42,10 @@ from __future__ import annotations
 import html
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable
 
-from ..events import Event, EventBus
+from ..events import Event, EventBus, last_seq
 
 Listener = Callable[["LiveModel", "Event | None"], None]
 
@@ -254,18 +284,346 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
+class Frame:
+    """One moment of a view: the widget values it showed and the engine event it shows the state
+    after (`seq`, from `kstore.events.last_seq()`), with a label for the events folded into it."""
+
+    __slots__ = ("seq", "values", "events", "first")
+
+    def __init__(self, seq: int, values: dict[str, Any], events: list[Event], first: bool = False):
+        self.seq = seq
+        self.values = values
+        self.events = events[-50:]       # the engine events folded into this frame (newest 50)
+        self.first = first
+
+    @property
+    def label(self) -> str:
+        if self.first:
+            return "when built" + (f", then {describe_events(self.events)}" if self.events else "")
+        return describe_events(self.events)
+
+    def fold(self, seq: int, events: list[Event]) -> None:
+        """The picture did not change: this frame shows the state through `seq` too."""
+        self.seq = max(self.seq, seq)
+        self.events = (self.events + events)[-50:]
+
+    def __repr__(self) -> str:
+        return f"Frame(seq={self.seq}, label={self.label!r})"
+
+
+def describe_events(events: list[Event]) -> str:
+    """A short label for the engine events folded into one frame: 'append offsets 3–5',
+    'append ×40 · roll', 'high_watermark 3 → 5'."""
+    if not events:
+        return "no engine event"
+    if len(events) <= 3:
+        return " · ".join(describe_event(e) for e in events)
+    counts: dict[str, int] = {}
+    for e in events:
+        counts[e.kind] = counts.get(e.kind, 0) + 1
+    return " · ".join(_kind_words(k) + ("" if n == 1 else f" ×{n}") for k, n in counts.items())
+
+
+def _kind_words(kind: str) -> str:
+    return kind.replace("_", " ")
+
+
+def describe_event(event: Event) -> str:
+    d = event.details
+    if event.kind == "append" and "first_offset" in d:
+        first, last = d["first_offset"], d.get("last_offset", d["first_offset"])
+        return f"append offset {first}" if first == last else f"append offsets {first}–{last}"
+    if event.kind == "index_entry":
+        return f"index entry [{d.get('offset')}, {d.get('position')}]"
+    if event.kind == "roll":
+        return f"roll → segment {d.get('new_segment')}"
+    if event.kind == "truncate":
+        return f"truncate to {d.get('target_offset')}"
+    if event.kind == "high_watermark":
+        return f"high watermark {d.get('old')} → {d.get('new')}"
+    if event.kind == "delete":
+        return f"delete segment {d.get('segment')}"
+    if event.kind in ("crash", "restart"):
+        return f"{event.kind} broker {d.get('broker')}"
+    return _kind_words(event.kind)
+
+
+class Timeline:
+    """The frames a view has shown, a position among them, and whether it follows the engine.
+
+    Plain Python (no ipywidgets), so tests step it directly. Thread-safe: frames are recorded on
+    the redraw timer thread while the learner steps on the kernel's thread. At most `max_frames`
+    are kept: the oldest frames after the first and before the bound one go first.
+    """
+
+    def __init__(self, max_frames: int = 200):
+        self.frames: list[Frame] = []
+        self.position = 0
+        self.follow = True             # until bound: the view follows the engine during its cell
+        self.bound: int | None = None  # index of the frame taken when the view's cell finished
+        self.max_frames = max(3, max_frames)
+        self._lock = threading.RLock()
+
+    # ---- recording
+    def record(self, values: dict[str, Any], seq: int, events: list[Event] | None = None,
+               *, show: bool = False) -> Frame:
+        """Add the view's current picture. A picture equal to the newest frame extends that frame
+        (it shows the state through `seq` too) instead of adding a step with nothing to see."""
+        events = events or []
+        with self._lock:
+            last = self.frames[-1] if self.frames else None
+            if last is not None and last.values == values:
+                last.fold(seq, events)
+                frame = last
+            else:
+                frame = Frame(seq, values, events, first=not self.frames)
+                self.frames.append(frame)
+                self._trim()
+            if self.follow or show:
+                self.position = len(self.frames) - 1
+            return frame
+
+    def _trim(self) -> None:
+        while len(self.frames) > self.max_frames:
+            drop = 1 if self.bound is None or self.bound > 1 else self.bound + 1
+            if drop >= len(self.frames) - 1:
+                return
+            del self.frames[drop]
+            if self.bound is not None and self.bound > drop:
+                self.bound -= 1
+            if self.position > drop:
+                self.position -= 1
+            elif self.position == drop:
+                self.position = min(drop, len(self.frames) - 1)
+
+    def bind(self) -> None:
+        """The newest frame is the view's moment: show it and stop following."""
+        with self._lock:
+            self.bound = len(self.frames) - 1
+            self.position = self.bound
+            self.follow = False
+
+    # ---- stepping
+    def step(self, delta: int) -> Frame:
+        with self._lock:
+            self.follow = False
+            self.position = max(0, min(len(self.frames) - 1, self.position + delta))
+            return self.current
+
+    def go_to(self, index: int) -> Frame:
+        with self._lock:
+            return self.step(index - self.position)
+
+    def go_bound(self) -> Frame:
+        with self._lock:
+            return self.go_to(self.bound if self.bound is not None else 0)
+
+    def go_live(self, follow: bool = True) -> Frame:
+        with self._lock:
+            self.follow = follow
+            self.position = len(self.frames) - 1
+            return self.current
+
+    @property
+    def current(self) -> Frame:
+        return self.frames[self.position]
+
+    @property
+    def at_end(self) -> bool:
+        return self.position == len(self.frames) - 1
+
+    def status(self) -> dict[str, Any]:
+        """What the timeline bar shows (and the browser test reads from its data- attributes)."""
+        with self._lock:
+            f = self.current
+            return {"frame": self.position, "frames": len(self.frames), "seq": f.seq,
+                    "bound": self.bound, "follow": self.follow, "label": f.label,
+                    "bound_seq": self.frames[self.bound].seq if self.bound is not None else None}
+
+
+TIMELINE_CSS = """
+.ks-tl{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;color:#444;padding:2px 6px;}
+.ks-tl b{color:#222;}
+.ks-tl.ks-tl-past{color:#a15c00;}
+"""
+
+
 class WidgetView:
-    """A view shown in a notebook: displays its `widget`."""
+    """A view shown in a notebook: displays its `widget`; with `start_timeline`, bound to its moment."""
 
     widget = None
+    model = None
+    timeline: Timeline | None = None
+    capture_error: str | None = None        # why the latest capture failed (files removed...)
+    frame_parts: tuple[str, ...] = ("html",)   # the widgets whose `.value` make one frame
 
     def _ipython_display_(self):
         from IPython.display import display
         display(self.widget)
+        _DISPLAYED.append(weakref.ref(self))
+        self._bind_after_cell()
+
+    # ---- what a subclass provides
+    def render_frame(self) -> dict[str, Any]:
+        """The values of the `frame_parts` widgets for the engine's state now."""
+        return {"html": self.model.render_html()}
+
+    def sync_controls(self) -> None:
+        """Bring buttons and dropdowns up to date with the live model (views override)."""
+
+    # ---- the timeline
+    def start_timeline(self, min_interval: float = 0.1, max_frames: int = 200) -> None:
+        """Follow the model through a `Redrawer`, record frames, add the timeline bar, take frame 0."""
+        import ipywidgets as W
+
+        self.timeline = Timeline(max_frames)
+        self._pending_events: list[Event] = []
+        self._pending_lock = threading.Lock()
+        self._show_now = False
+        btn = lambda label, tip, cls: button(W, label, tip, cls)   # noqa: E731
+        self.tl_cell = btn("|◀ its cell", "the state when this view's cell ran", "ks-tl-cell")
+        self.tl_back = btn("◀", "one engine event back", "ks-tl-back")
+        self.tl_fwd = btn("▶", "one engine event forward", "ks-tl-fwd")
+        self.tl_now = btn("now ▶|", "the engine's state now", "ks-tl-now")
+        # a button, not a checkbox: a click is one message, never undone by the kernel's echo
+        self.tl_follow = btn("follow live", "redraw as the engine changes (click again to stop)",
+                             "ks-tl-follow")
+        self.tl_label = W.HTML()
+        self.tl_label.add_class("ks-tl-label")
+        self.tl_cell.on_click(lambda _: self._show(self.timeline.go_bound()))
+        self.tl_back.on_click(lambda _: self.step(-1))
+        self.tl_fwd.on_click(lambda _: self.step(1))
+        self.tl_now.on_click(lambda _: self.live(False))
+        self.tl_follow.on_click(lambda _: self.toggle_follow())
+        bar = W.HBox([self.tl_cell, self.tl_back, self.tl_label, self.tl_fwd, self.tl_now,
+                      self.tl_follow])
+        bar.add_class("ks-timeline")
+        self.widget.children = tuple(self.widget.children) + (bar,)
+        self.redrawer = Redrawer(self.capture, min_interval)
+        self.model.on_change(self._on_model_change)
+        self.capture()
+
+    def _on_model_change(self, _model, event: Event | None) -> None:
+        with self._pending_lock:
+            if event is None:          # a user action on the view: it acts on the present
+                self._show_now = True
+            else:
+                self._pending_events.append(event)
+        self.redrawer.request()
+
+    def capture(self) -> Frame:
+        """Record the engine's state now as a frame; show it if following (or after a user action)."""
+        seq = _event_seq()
+        with self._pending_lock:
+            events, self._pending_events = self._pending_events, []
+            show, self._show_now = self._show_now, False
+        try:
+            self.sync_controls()
+            values = self.render_frame()
+        except Exception as e:     # e.g. the chapter closed the log and removed its files
+            if not self.timeline.frames:
+                raise              # a view that cannot draw its first picture is a plain error
+            self.capture_error = f"cannot read the engine now ({type(e).__name__}: {e})"
+            self._update_bar()
+            return self.timeline.current
+        self.capture_error = None
+        frame = self.timeline.record(values, seq, events, show=show)
+        if self.timeline.follow or show:
+            self._show(self.timeline.current)
+        else:
+            self._update_bar()
+        return frame
+
+    def bind(self) -> Frame:
+        """Take the view's moment now (done for you when the cell that displayed it finishes)."""
+        self.redrawer.cancel()
+        self.capture()
+        self.timeline.bind()
+        frame = self.timeline.current
+        self._show(frame)
+        return frame
+
+    def _bind_after_cell(self) -> None:
+        if self.timeline is None:
+            return
+        try:
+            from IPython import get_ipython
+            shell = get_ipython()
+        except ImportError:            # pragma: no cover - IPython is a dependency
+            shell = None
+        if shell is None or not hasattr(shell, "events"):
+            self.bind()                # not in a notebook: the moment is now
+            return
+
+        def once(*_args) -> None:
+            shell.events.unregister("post_run_cell", once)
+            self.bind()
+        shell.events.register("post_run_cell", once)
+
+    def step(self, delta: int) -> Frame:
+        frame = self.timeline.step(delta)
+        self._show(frame)
+        return frame
+
+    def live(self, follow: bool = True) -> Frame:
+        """Show the engine's state now; with `follow`, keep following it."""
+        if follow:
+            self.timeline.follow = True
+        self.capture()
+        frame = self.timeline.go_live(follow)
+        self._show(frame)
+        return frame
+
+    def toggle_follow(self) -> None:
+        """The "follow live" button: start following the engine, or stop (and stay on that frame)."""
+        if self.timeline.follow:
+            self.timeline.follow = False
+            self._update_bar()
+        else:
+            self.live(True)
+
+    def _show(self, frame: Frame) -> None:
+        for name in self.frame_parts:
+            if name in frame.values:
+                getattr(self, name).value = frame.values[name]
+        self._update_bar()
+
+    def _update_bar(self) -> None:
+        st = self.timeline.status()
+        self.tl_follow.description = "● following live" if st["follow"] else "follow live"
+        self.tl_follow.button_style = "success" if st["follow"] else ""
+        when = ("its cell" if st["frame"] == st["bound"] else
+                "now" if st["frame"] == st["frames"] - 1 else "earlier" if
+                st["bound"] is not None and st["frame"] < st["bound"] else "later")
+        past = "" if st["frame"] == st["frames"] - 1 else " ks-tl-past"
+        self.tl_label.value = (
+            style(TIMELINE_CSS) +
+            f'<span class="ks-tl{past}"' + attrs(data_frame=st["frame"], data_frames=st["frames"],
+                                                 data_seq=st["seq"], data_bound=st["bound"],
+                                                 data_bound_seq=st["bound_seq"],
+                                                 data_follow=str(st["follow"]).lower()) +
+            f'>frame <b>{st["frame"] + 1}/{st["frames"]}</b> · {esc(when)} · engine event '
+            f'#{st["seq"]} · {esc(st["label"])}'
+            + (f' · <i>{esc(self.capture_error)}: the last frame recorded is the latest</i>'
+               if self.capture_error and st["frame"] == st["frames"] - 1 else "") + '</span>')
+        self.tl_back.disabled = st["frame"] == 0
+        self.tl_fwd.disabled = st["frame"] == st["frames"] - 1
+
+
+_DISPLAYED: list[weakref.ref] = []
+
+
+def displayed_views() -> list[WidgetView]:
+    """The views displayed in this kernel so far, oldest first (tests check each one's moment)."""
+    return [v for v in (ref() for ref in _DISPLAYED) if v is not None]
+
+
+def _event_seq() -> int:
+    return last_seq()
 
 
 class HtmlView(WidgetView):
-    """A view that is one HTML block, redrawn (throttled) whenever its model changes."""
+    """A view that is one HTML block over a `model_class`, with its timeline."""
 
     model_class: type = LiveModel
     css_class = ""
@@ -278,12 +636,11 @@ class HtmlView(WidgetView):
         self.html = W.HTML()
         self.widget = W.VBox([self.html])
         self.widget.add_class(self.css_class)
-        self.redrawer = Redrawer(self._draw, min_interval)
-        self.model.on_change(lambda *_: self.redrawer.request())
-        self._draw()
+        self.start_timeline(min_interval)
 
     def _draw(self) -> None:
-        self.html.value = self.model.render_html()
+        """Kept for subclasses written before timelines: take a frame now."""
+        self.capture()
 
 
 def button(W, label: str, tooltip: str, cls: str):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..events import Event
 from ..log import Log
-from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, fmt_bytes, fmt_ts, short_text, style, table)
+from ._base import (LiveModel, WidgetView, attrs, esc, fmt_bytes, fmt_ts, short_text, style, table)
 
 DESTRUCTIVE = ("delete", "clean", "truncate", "log_start_offset", "retention")
 
@@ -337,9 +337,7 @@ class CompactionView(WidgetView):
         self.clean_button.on_click(lambda _: self._act(m.run_cleaner))
         self.widget = W.VBox([W.HBox([self.retention_button, self.clean_button]), self.html])
         self.widget.add_class("kstore-compaction")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        m.on_change(lambda *_: self.redrawer.request())
-        self._draw()
+        self.start_timeline(min_interval)
 
     def _act(self, fn) -> None:
         try:
@@ -348,5 +346,3 @@ class CompactionView(WidgetView):
             self.model.last_action = f"{type(e).__name__}: {e}"
             self.model.changed()
 
-    def _draw(self) -> None:
-        self.html.value = self.model.render_html()

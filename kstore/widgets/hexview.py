@@ -22,7 +22,7 @@ from ..events import Event
 from ..log import Log
 from ..segment import LogSegment
 from . import fields as F
-from ._base import (LiveModel, Redrawer, WidgetView, attrs, button, esc, fmt_bytes, style)
+from ._base import (LiveModel, WidgetView, attrs, button, esc, fmt_bytes, style)
 
 BYTES_PER_ROW = 16
 WHICH = ("log", "index", "timeindex")
@@ -440,13 +440,11 @@ class HexView(WidgetView):
         self.select.observe(self._on_select, names="value")
         self.file.observe(self._on_file, names="value")
         self._updating = False
-        self.redrawer = Redrawer(self._draw, min_interval)
-        m.on_change(lambda *_: self.redrawer.request())
         controls = [self.first, self.prev, self.next, self.last, self.goto, self.follow]
         rows_ = [W.HBox(controls), W.HBox([self.select] + ([self.file] if m.log else []))]
         self.widget = W.VBox(rows_ + [self.html])
         self.widget.add_class("kstore-hexview")
-        self._draw()
+        self.start_timeline(min_interval)
 
     def _on_select(self, change) -> None:
         if not self._updating:
@@ -456,7 +454,7 @@ class HexView(WidgetView):
         if not self._updating and change["new"] is not None:
             self.model.set_file(*change["new"])
 
-    def _draw(self) -> None:
+    def sync_controls(self) -> None:
         m = self.model
         self._updating = True
         try:
@@ -476,5 +474,4 @@ class HexView(WidgetView):
                     self.file.value = current
         finally:
             self._updating = False
-        self.html.value = m.render_html()
 

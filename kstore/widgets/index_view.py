@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..events import Event
 from ..log import Log
 from ..segment import LogSegment
-from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, figure_png, fmt_bytes, style, table)
+from ._base import (LiveModel, WidgetView, attrs, esc, figure_png, fmt_bytes, style, table)
 
 INDEX_CSS = """
 .ks-idx .ks-side{display:flex;gap:16px;align-items:flex-start;}
@@ -45,7 +45,7 @@ class IndexModel(LiveModel):
         self.log = log
         self.segment_base = segment
         self.max_batches = max_batches
-        self.watch(log.events, ("append", "roll", "truncate", "delete", "clean", "load", "recover"),
+        self.watch(log.events, ("append", "index_entry", "roll", "truncate", "delete", "clean", "load", "recover"),
                    source=log.dir)
 
     @property
@@ -198,15 +198,18 @@ class IndexView(WidgetView):
         self.choose.observe(self._on_choose, names="value")
         self.widget = W.VBox([self.choose, W.HBox([self.image]), self.html])
         self.widget.add_class("kstore-indexview")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        self.model.on_change(lambda *_: self.redrawer.request())
-        self._draw()
+        self.start_timeline(min_interval)
 
     def _on_choose(self, change) -> None:
         if not self._updating:
             self.model.set_segment(change["new"])
 
-    def _draw(self) -> None:
+    frame_parts = ("image", "html")
+
+    def render_frame(self) -> dict:
+        return {"image": self.model.png(), "html": self.model.render_html()}
+
+    def sync_controls(self) -> None:
         m = self.model
         self._updating = True
         try:
@@ -215,5 +218,3 @@ class IndexView(WidgetView):
             self.choose.value = m.segment_base if m.segment_base in [o[1] for o in self.choose.options] else None
         finally:
             self._updating = False
-        self.image.value = m.png()
-        self.html.value = m.render_html()

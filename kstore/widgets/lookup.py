@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..events import Event
 from ..log import Log
-from ._base import (LiveModel, Redrawer, WidgetView, attrs, esc, style)
+from ._base import (LiveModel, WidgetView, attrs, esc, style)
 
 LOOKUP_CSS = """
 .ks-lookup ol{margin:4px 0 4px 18px;padding:0;}
@@ -340,10 +340,7 @@ class LookupView(WidgetView):
                               W.HBox([self.step_button, self.all_button, self.reset_button]),
                               self.html])
         self.widget.add_class("kstore-lookup")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        m.on_change(lambda *_: self.redrawer.request())
-        self._draw()
+        self.start_timeline(min_interval)
 
-    def _draw(self) -> None:
-        self.html.value = self.model.render_html()
+    def sync_controls(self) -> None:
         self.step_button.disabled = self.model.done

@@ -3,11 +3,13 @@
 `ProgressModel` counts work done against a total and derives the rate and the time left;
 `ProgressBar` shows it as an ipywidgets bar with a label, redrawn at most ten times a second
 however often it is updated; `track(iterable)` wraps any loop; `bulk_produce(log, n)` appends `n`
-records as prebuilt batches (`Log.append_as_leader`, the fast path) with a bar.
+records as prebuilt batches (`Log.append_as_leader`, the fast path) with a bar; `watch_spark(spark)`
+gives every later notebook cell that runs Spark jobs a bar of their tasks.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Iterable, Iterator
 
@@ -109,6 +111,12 @@ class ProgressBar:
         self.model.update(n)
         self.redrawer.request()
 
+    def set(self, done: int, total: int | None) -> None:
+        """Progress counted elsewhere (e.g. Spark's tasks): `done` of a `total` that may grow."""
+        self.model.done, self.model.total = done, total
+        self.bar.max = max(total or 1, 1)
+        self.redrawer.request()
+
     def finish(self, error: BaseException | None = None) -> None:
         self.model.finish(error)
         self.redrawer.cancel()
@@ -179,3 +187,84 @@ def bulk_produce(log, n_records: int, *, batch_records: int = 1000, value_size: 
     return {"records": done, "first_offset": first, "last_offset": log.log_end_offset - 1,
             "seconds": seconds, "records_per_s": done / seconds if seconds else None,
             "bar": bar}
+
+
+class SparkTasksBar:
+    """While one notebook cell runs: a bar of the Spark tasks it started, read from Spark's status
+    tracker every `interval` s on a helper thread; the bar stays hidden if the cell starts none."""
+
+    def __init__(self, spark, interval: float = 0.25, display: bool = True):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.interval = interval
+        self.stages: dict[int, list[int]] = {}        # stage id -> [tasks, completed tasks]
+        self.bar = ProgressBar(1, "Spark", "tasks", display=False)
+        self.bar.widget.layout.display = "none"
+        if display and in_notebook():
+            from IPython.display import display as show
+            show(self.bar.widget)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-tasks-bar", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def poll(self) -> None:
+        try:
+            for sid in self.tracker.getActiveStageIds():
+                info = self.tracker.getStageInfo(sid)
+                if info is not None:
+                    self.stages[sid] = [info.numTasks, info.numCompletedTasks]
+        except Exception:          # Spark stopped (the last cell of a chapter): nothing to show
+            self._stop.set()
+            return
+        self._show()
+
+    def _show(self) -> None:
+        if self.stages:
+            total = sum(t for t, _ in self.stages.values())
+            self.bar.model.description = f"Spark: {len(self.stages)} stage(s)"
+            self.bar.set(sum(c for _, c in self.stages.values()), total)
+            self.bar.widget.layout.display = None
+
+    def stop(self) -> None:
+        """The cell ended: its stages are over (a stage no longer active has finished)."""
+        self._stop.set()
+        self._thread.join(5)
+        for counts in self.stages.values():
+            counts[1] = counts[0]
+        self._show()
+        if self.stages:
+            self.bar.finish()
+
+
+def watch_spark(spark):
+    """From now on, every notebook cell that runs Spark jobs shows a bar of their tasks (Spark's
+    own console bar goes to the kernel's terminal, which a notebook never shows). Returns a
+    function that stops watching."""
+    from IPython import get_ipython
+    shell = get_ipython()
+    current: list[SparkTasksBar] = []
+
+    def before(*_args) -> None:
+        try:
+            spark.sparkContext.statusTracker()
+        except Exception:          # Spark was stopped: no more bars (and no error in the cell)
+            return
+        current.append(SparkTasksBar(spark))
+
+    def after(*_args) -> None:
+        while current:
+            current.pop().stop()
+
+    if shell is None:
+        return lambda: None
+    shell.events.register("pre_run_cell", before)
+    shell.events.register("post_run_cell", after)
+
+    def unwatch() -> None:
+        after()
+        shell.events.unregister("pre_run_cell", before)
+        shell.events.unregister("post_run_cell", after)
+    return unwatch

@@ -21,7 +21,7 @@ import os
 
 from ..events import Event
 from ..replica_fetcher import EPOCH_TRUNCATION, HW_TRUNCATION
-from ._base import (LiveModel, Redrawer, WidgetView, attrs, button, esc, short_text, style)
+from ._base import (LiveModel, WidgetView, attrs, button, esc, short_text, style)
 
 EPOCH_COLOURS = ["#a0c4ff", "#ffd6a5", "#caffbf", "#ffc6ff", "#9bf6ff", "#fdffb6"]
 
@@ -272,15 +272,13 @@ class ReplicaView(WidgetView):
             W.HBox(list(self.fetch_buttons.values())), W.HBox(list(self.toggle_buttons.values())),
             self.html])
         self.widget.add_class("kstore-replicas")
-        self.redrawer = Redrawer(self._draw, min_interval)
-        m.on_change(lambda *_: self.redrawer.request())
-        self._draw()
+        self.start_timeline(min_interval)
 
     def _on_mode(self, change) -> None:
         if not self._updating:
             self.model.set_truncation(change["new"])
 
-    def _draw(self) -> None:
+    def sync_controls(self) -> None:
         m = self.model
         self._updating = True
         try:
@@ -291,5 +289,4 @@ class ReplicaView(WidgetView):
                 self.fetch_buttons[b].disabled = not alive
         finally:
             self._updating = False
-        self.html.value = m.render_html()
 

@@ -495,17 +495,18 @@ def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
         .option("subscribe", "ev").option("startingOffsets", "earliest").load()
     run_available_now(stream.select("key", "value").writeStream.format("kstore")
                       .option("kafka.bootstrap.servers", servers).option("topic", "out")
-                      .option("kstore.stagingDir", str(tmp_path / "staging"))
                       .option("checkpointLocation", str(ck)))
-    assert not (tmp_path / "staging").exists()                     # staged files are cleaned up
     assert json.loads((ck / "kstore-sink-commits.json").read_text())   # batch ids remembered
     copied = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
         .option("subscribe", "out").load()
     assert sorted(r.value for r in copied.collect()) == sorted(r[3] for r in expected)
-    # the running broker holds the log dir's lock: the log-dir sink says what to do instead
-    with pytest.raises(Exception, match="kafka.bootstrap.servers"):
-        spark.createDataFrame([("v",)], "value string").write.format("kstore") \
-            .option("topic", "out").option("kstore.lockTimeoutMs", "200").mode("append").save(str(d))
+    # the running broker holds the log dir's lock: a log-dir write goes through that broker
+    spark.createDataFrame([("v",)], "value string").write.format("kstore") \
+        .option("topic", "out").option("kstore.lockTimeoutMs", "200").mode("append").save(str(d))
+    again = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
+        .option("subscribe", "out").load()          # a new DataFrame: new end offsets
+    assert again.count() == len(expected) + 1
+    assert not (d / ".kstore-spark-staging").exists()
     with pytest.raises(Exception, match="topic 'nope' does not exist in the kstore broker"):
         spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
             .option("subscribe", "nope").load().collect()

@@ -74,6 +74,16 @@ def spark_session(app_name: str = "kstore", cores: int = 2, driver_memory: str =
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("SPARK_MASTER") or f"local[{cores}]"
+    shipping = ship_kstore if ship_kstore is not None else not is_local(master)
+    if shipping:
+        # The driver's own Python workers (query planning, the streaming source and sink runners)
+        # get PYTHONPATH from the driver JVM's environment, not from addPyFile: put the zip there
+        # before the JVM starts, so they run the same kstore as this process.
+        from .package import build_package
+        zip_path = build_package()
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if zip_path not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([zip_path] + [p for p in paths if p])
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -91,7 +101,7 @@ def spark_session(app_name: str = "kstore", cores: int = 2, driver_memory: str =
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if ship_kstore if ship_kstore is not None else not is_local(master):
+    if shipping:
         ship(spark)
     register(spark)
     return spark

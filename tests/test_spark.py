@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -49,10 +48,7 @@ class StderrLog:
 
 @pytest.fixture(scope="session")
 def spark_and_log(tmp_path_factory):
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("Spark needs Java 17+ (not found on PATH or in JAVA_HOME): install "
-                    "openjdk-17-jre-headless (.ci/run does it in CI)")
-    from kstore.spark import spark_session
+    from kstore.spark import spark_session   # a machine without Java uses the one from PyPI
     log_path = tmp_path_factory.mktemp("spark") / "spark-stderr.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     saved = os.dup(2)

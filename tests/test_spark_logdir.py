@@ -520,3 +520,49 @@ def test_the_sink_finds_a_broker_serving_the_log_dir(tmp_path):
     finally:
         holder.shutdown()
     assert serving_broker(str(d)) is None                           # lock free: staged mode
+
+
+def test_kafka_client_options_are_accepted_and_reported_once(capsys):
+    from kstore.spark import options as options_module
+    options_module._REPORTED.clear()
+    opts = {**BASE, "kafka.bootstrap.servers": None, "kafka.group.id": "g", "groupIdPrefix": "p",
+            "kafka.session.timeout.ms": "1000", "kafka.isolation.level": "read_committed",
+            "fetchOffset.numRetries": "3", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "2m"}
+    del opts["kafka.bootstrap.servers"]
+    parsed = parse_source_options(opts, True)
+    assert parsed.isolation_level == "read_committed"
+    assert parsed.min_offsets_per_trigger == 5 and parsed.max_trigger_delay_ms == 120_000
+    first = capsys.readouterr().err
+    assert first.count("WARN kstore.spark: options accepted but ignored") == 1
+    for name in ("kafka.group.id", "groupIdPrefix", "kafka.session.timeout.ms",
+                 "fetchOffset.numRetries"):
+        assert name.lower() in first.lower()
+    parse_source_options(opts, True)
+    assert capsys.readouterr().err == ""                         # once per process
+    sink = parse_sink_options({"path": "/x", "topic": "t", "kafka.compression.type": "zstd",
+                               "kafka.acks": "all", "kafka.linger.ms": "5"})
+    assert sink.compression == "zstd"
+    assert "kafka.linger.ms" in capsys.readouterr().err
+    with pytest.raises(KStoreOptionError, match="'value.serializer' is not supported"):
+        parse_sink_options({"path": "/x", "topic": "t", "kafka.value.serializer": "x"})
+
+
+def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monkeypatch):
+    from kstore.spark.source import KStoreStreamReader
+    opts = parse_source_options({**BASE, "minOffsetsPerTrigger": "100",
+                                 "maxTriggerDelay": "10s"}, True)
+    reader = KStoreStreamReader(opts)
+    clock = [1000.0]
+    monkeypatch.setattr("kstore.spark.source.time.time", lambda: clock[0])
+    tp = ("t", 0)
+    assert not reader._delay({tp: 0}, {tp: 10}, {})          # the first batch never waits
+    clock[0] += 1
+    assert reader._delay({tp: 10}, {tp: 60}, {})             # 50 < 100 offsets: wait
+    assert not reader._delay({tp: 10}, {tp: 110}, {})        # 100 waiting: go
+    clock[0] += 5
+    assert reader._delay({tp: 110}, {tp: 120}, {})
+    clock[0] += 10                                           # maxTriggerDelay passed: go anyway
+    assert not reader._delay({tp: 110}, {tp: 120}, {})
+    reader._target = {tp: 120}                               # Trigger.AvailableNow never waits
+    clock[0] += 1
+    assert not reader._delay({tp: 120}, {tp: 121}, {})

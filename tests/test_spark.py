@@ -502,6 +502,15 @@ def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
     again = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
         .option("subscribe", "out").load()          # a new DataFrame: new end offsets
     assert again.count() == len(expected) + 1
+    # kstore.sinkId + kstore.batchId (foreachBatch's idempotent write) through the broker: the
+    # second write of batch 7 is skipped
+    for _ in range(2):
+        spark.createDataFrame([("once",)], "value string").write.format("kstore") \
+            .option("topic", "out").option("kstore.sinkId", "s1").option("kstore.batchId", 7) \
+            .mode("append").save(str(d))
+    once = spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
+        .option("subscribe", "out").load().filter("value = 'once'")
+    assert once.count() == 1
     assert not (d / ".kstore-spark-staging").exists()
     with pytest.raises(Exception, match="topic 'nope' does not exist in the kstore broker"):
         spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \

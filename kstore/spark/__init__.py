@@ -10,12 +10,11 @@
 
 Modules:
     source    the DataSource (`kstore`), batch and streaming readers, offsets and data-loss rules
-    sink      batch and streaming writers (staged per task, appended at commit, idempotent per
-              streaming batch id)
+    sink      batch and streaming writers: through a broker (tasks produce, at least once) or
+              staged under a log dir (appended at commit, exactly once per batch id)
     options   the options, validated like Spark's Kafka source validates them
     logdir    a read-only reader of log directories (no lock, no writes: safe next to a broker)
     decode    RecordBatch v2 → Arrow record batches
-    client    a minimal Kafka-protocol client for `kafka.bootstrap.servers` (kstore serve)
     backends  the interface both of those sit behind
     session   SparkSessions (local or a cluster), registration, shipping kstore to executors
     package   kstore.zip for executors (`kstore spark-package`, spark-submit --py-files)

@@ -200,6 +200,11 @@ class _Writer:
         self.describe = (location.describe() if location.bootstrap_servers or not self.bootstrap
                          else f"kstore broker at {self.bootstrap} (serving {location.log_dir})")
         self.committed_through = self._committed_batch() if self.bootstrap else None
+        if self.bootstrap and self.opts.batch_id is not None and self._marker_path() is None:
+            raise KStoreOptionError(
+                "kstore.sinkId + kstore.batchId through a broker need a directory where the sink "
+                "records the batch ids it committed: give the option checkpointLocation or "
+                "kstore.stagingDir")
 
     def _staging_root(self) -> str:
         if self.opts.staging_dir:
@@ -221,7 +226,11 @@ class _Writer:
 
     # ---- the committed-batch record of the network mode (in the query's checkpoint)
     def _marker_path(self) -> str | None:
+        """Where committed batch ids are kept: the query's checkpoint, else kstore.stagingDir,
+        else the staging directory of the log dir the broker serves."""
         directory = _local_path(self.opts.checkpoint_location) or self.opts.staging_dir
+        if directory is None and self.opts.location.log_dir is not None:
+            directory = self.staging_root
         return None if directory is None else os.path.join(directory, CHECKPOINT_COMMITS_FILE)
 
     def _committed_batch(self) -> int | None:
@@ -268,6 +277,8 @@ class _Writer:
         return self._stage(iterator, batch_id, query_id, task, attempt)
 
     def _produce(self, iterator, batch_id, query_id, task) -> ProducedWrite:
+        if batch_id is None:
+            batch_id = self.opts.batch_id          # a batch write with kstore.batchId
         if batch_id is not None and self.committed_through is not None \
                 and int(batch_id) <= self.committed_through:
             for _ in iterator:       # committed before a restart: Spark re-runs it, we do not

@@ -76,8 +76,9 @@ class Router:
                         for t in pc.unique(col).to_pylist()]
         explicit = None
         if "partition" in names:
-            explicit = np.asarray(pc.fill_null(rb.column(names.index("partition")), -1),
-                                  dtype=np.int64)
+            column = rb.column(names.index("partition"))
+            explicit = np.asarray(pc.fill_null(column, -1), dtype=np.int64)
+            explicit_given = np.asarray(pc.is_valid(column))
         key_array = _binary(rb.column(names.index("key"))) if "key" in names else None
         out = []
         for topic, idx in by_topic:
@@ -88,7 +89,7 @@ class Router:
             parts = np.full(len(idx), -1, dtype=np.int64)
             if explicit is not None:
                 parts = explicit[idx].copy()
-                bad = parts >= count
+                bad = (parts >= count) | (parts < -1) | (explicit_given[idx] & (parts < 0))
                 if bad.any():
                     raise KStoreSinkError(f"partition {int(parts[bad][0])} of topic '{topic}' does "
                                           f"not exist (it has {count} partitions)")

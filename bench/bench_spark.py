@@ -1,4 +1,5 @@
-"""Spark reading a kstore topic vs Spark reading the same data from Parquet (chapter 13).
+"""Spark reading and writing a kstore topic vs Spark reading and writing the same data as Parquet
+(chapter 13).
 
     .venv/bin/python bench/bench_spark.py             # 1,000,000 records of 100 bytes
     KSTORE_BENCH_SCALE=0.1 .venv/bin/python bench/bench_spark.py
@@ -17,13 +18,20 @@ the ratio in context: the decoder alone (one Python process, no Spark: the ceili
 task), and the *Python-source floor* — a trivial Python data source that yields the very same
 rows as ready-made Arrow batches read from Arrow IPC files, decoding nothing: what any Python data
 source costs in Spark (Arrow over a socket to the JVM, then rows), whatever it reads.
-Results: bench/results/spark.json and spark.png.
+Writes (the sink): the same rows, `key` and `value` read back from the Parquet files, written
+with `df.write.format("kstore")` — to the log directory with no broker running (tasks stage
+encoded batches under the log dir, the driver appends them at commit), and through `kstore serve`
+(every task produces to the broker) — and with `df.write.parquet`; best of `REPEAT`, rows/s.
+Results: bench/results/spark.json and spark.png (left: reads, right: writes).
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,6 +137,56 @@ def write_arrow_files(log_dir: Path, arrow_dir: Path) -> None:
                 writer.write_batch(b)
 
 
+def serve(log_dir: Path) -> tuple[subprocess.Popen, str]:
+    """`kstore serve` on log_dir, on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir),
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("kstore serve did not start")
+            time.sleep(0.1)
+
+
+def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
+    """Rows/s of the kstore sink (log dir, then through a broker) and of Parquet's writer, all
+    writing the same DataFrame (key, value from the Parquet files)."""
+    from kstore.broker import Broker
+    with Broker(str(log_dir)) as broker:
+        broker.create_topic("sunk", PARTITIONS)
+    rows = lambda: spark.read.parquet(str(parquet_dir)).select("key", "value")  # noqa: E731
+    runs = {"kstore sink, log dir": timed(lambda: rows().write.format("kstore")
+                                          .option("topic", "sunk").mode("append")
+                                          .save(str(log_dir)))}
+    proc, servers = serve(log_dir)
+    try:
+        runs["kstore sink, through kstore serve"] = timed(
+            lambda: rows().write.format("kstore").option("kafka.bootstrap.servers", servers)
+            .option("topic", "sunk").mode("append").save())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    runs["parquet"] = timed(lambda: rows().write.mode("overwrite").parquet(str(out_dir)))
+    for name, r in runs.items():
+        print(f"  write {name:<34}: best {r['best_s']:.2f} s = "
+              f"{common.fmt_rate(r['rows_per_s'])} rows/s")
+    with Broker(str(log_dir)) as broker:          # every write landed, once
+        written = sum(broker.get_log("sunk", p).log_end_offset for p in range(PARTITIONS))
+    assert written == RECORDS * (REPEAT + 1) * 2, written
+    parquet = runs["parquet"]["rows_per_s"]
+    return {name: {"rows_per_s": r["rows_per_s"], "seconds": r["seconds"],
+                   "ratio_to_parquet": r["rows_per_s"] / parquet} for name, r in runs.items()}
+
+
 def timed(run) -> dict:
     run()                                   # warm-up: JIT, Python workers, page cache
     times = []
@@ -179,6 +237,7 @@ def main() -> dict:
                     print(f"  {qname:<5} query, {sname:<7}: best {r['best_s']:.2f} s = "
                           f"{common.fmt_rate(r['rows_per_s'])} rows/s  (result {r['result']})")
                 assert runs[(qname, "kstore")]["result"] == runs[(qname, "parquet")]["result"]
+            writes = time_writes(spark, log_dir, parquet_dir, tmp / "parquet-out")
         finally:
             spark.stop()
 
@@ -198,17 +257,20 @@ def main() -> dict:
     data = {"records": RECORDS, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES,
             "records_per_batch": RECORDS_PER_BATCH, "segment_bytes": log_bytes,
             "parquet_bytes": parquet_bytes, "spark_master": "local[2]",
-            "decoder_alone": decoder, "queries": results}
+            "decoder_alone": decoder, "queries": results, "writes": writes,
+            "timed": "reads: best of 3 runs of each query over the whole topic (Spark local[2]); "
+                     "writes: best of 3 df.write runs of the same rows (key, value)"}
     common.write_json("spark", data)
-    plot(results)
+    plot(results, writes)
     return data
 
 
-def plot(results: list[dict]) -> Path:
+def plot(results: list[dict], writes: dict) -> Path:
     """bench/results/spark.png from the per-query results (also redrawable from spark.json)."""
     import numpy as np
 
-    def draw(ax):
+    def draw(axes):
+        ax = axes[0]
         x = np.arange(len(results))
         ax.bar(x - 0.27, [r["kstore_rows_per_s"] / 1e6 for r in results], 0.27, label="kstore source")
         ax.bar(x, [r["python_source_floor_rows_per_s"] / 1e6 for r in results], 0.27,
@@ -223,8 +285,20 @@ def plot(results: list[dict]) -> Path:
         ax.set_title(f"Spark local[2], {RECORDS:,} records of {VALUE_BYTES} B")
         ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8)
+        ax = axes[1]
+        names = list(writes)
+        bars = ax.bar(range(len(names)), [writes[n]["rows_per_s"] / 1e6 for n in names],
+                      color=["C0", "C1", "C2"][:len(names)])
+        for bar, n in zip(bars, names):
+            ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x Parquet",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=9)
+        ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
+        ax.set_ylabel("million rows/s written (best of 3)")
+        ax.set_title(f"df.write of {RECORDS:,} rows (key, value)")
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
 
-    return common.plot("spark", draw, width=7, height=4.5)
+    return common.plot("spark", draw, ncols=2, width=6.5, height=4.5)
 
 
 def summary(data: dict) -> str:
@@ -233,7 +307,11 @@ def summary(data: dict) -> str:
                       f"{common.fmt_rate(q['parquet_rows_per_s'])} ({q['ratio_parquet_over_kstore']:.1f}x; "
                       f"no-decode floor {common.fmt_rate(q['python_source_floor_rows_per_s'])})"
                       for q in data["queries"])
-    return f"{cells}; decoder alone {common.fmt_rate(data['decoder_alone']['rows_per_s'])} rows/s"
+    writes = ", ".join(f"{name} {common.fmt_rate(w['rows_per_s'])} rows/s "
+                       f"({w['ratio_to_parquet']:.2f}x Parquet)"
+                       for name, w in data.get("writes", {}).items())
+    return (f"{cells}; decoder alone {common.fmt_rate(data['decoder_alone']['rows_per_s'])} "
+            f"rows/s; writes: {writes}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_parsers(sub)
     from .grading.cli import add_parsers as add_grading_parsers
     add_grading_parsers(sub)
+    from .spark.package import add_parser as add_spark_package_parser
+    add_spark_package_parser(sub)
     return parser
 
 

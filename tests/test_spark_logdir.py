@@ -255,7 +255,11 @@ BASE = {"path": "/tmp/x", "subscribe": "t"}
     ({"path": "/x", "subscribePattern": "("}, False, "not a valid regular expression"),
     ({"subscribe": "t"}, False, "needs a log directory"),
     ({**BASE, "kafka.bootstrap.servers": "h:1"}, False, "not both"),
-    ({**BASE, "groupIdPrefix": "g"}, True, "does not use consumer groups"),
+    ({**BASE, "kafka.auto.offset.reset": "earliest"}, True, "set the source option 'startingOffsets'"),
+    ({**BASE, "kafka.isolation.level": "serializable"}, True, "read_uncommitted or read_committed"),
+    ({**BASE, "maxTriggerDelay": "soon"}, True, "duration such as 15m"),
+    ({**BASE, "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "10"}, True, "must not exceed"),
+    ({**BASE, "fetchOffset.numRetries": "-1"}, True, "non-negative integer"),
 ])
 def test_bad_options_are_refused_with_a_clear_message(options, streaming, message):
     with pytest.raises(KStoreOptionError) as e:
@@ -302,11 +306,10 @@ class _CrashingAppender(LogDirAppender):
         super().append(tp, data)
 
 
-def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit(tmp_path, monkeypatch):
+def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit(tmp_path):
     d = tmp_path / "logs"
     with Broker(str(d)) as b:
         b.create_topic("out", 2)
-    monkeypatch.setattr("kstore.spark.sink.MAX_PRODUCE_BYTES", 1)    # one produce per batch
     staged = [_stage(tmp_path, "a", "out", 0, [b"a1", b"a2", b"a3"], 0),
               _stage(tmp_path, "b", "out", 1, [b"b1", b"b2", b"b3", b"b4"], 1)]
     with LogDirAppender(str(d), 1000) as app:
@@ -420,3 +423,154 @@ def test_a_deleted_partition_is_data_loss_not_a_crash(tmp_path, capfd):
     capfd.readouterr()
     assert list(read_range(KStoreRange(loc, "gone", 0, 0, 10, fail_on_data_loss=False))) == []
     assert "WARN kstore.spark: Cannot fetch offsets [0, 10) of gone-0" in capfd.readouterr().err
+
+
+# ---- the sink's task side: Arrow → batches, routing, stale staging, a serving broker ---------
+
+def test_arrow_encoding_gives_the_bytes_build_batch_gives():
+    from kstore.spark.encode import BinaryColumn, encode_batches
+    keys = pa.array([None if i % 5 == 0 else f"k{i}" for i in range(40)])
+    values = pa.array([None if i % 7 == 3 else b"v" * (i * 9) for i in range(40)], pa.binary())
+    for codec in (Compression.NONE, Compression.GZIP, Compression.ZSTD):
+        got = list(encode_batches(BinaryColumn(keys, 40), BinaryColumn(values, 40), T0, codec))
+        expected = build_batch([Record(None if k is None else k.encode(), v, T0)
+                                for k, v in zip(keys.to_pylist(), values.to_pylist())],
+                               compression=codec)
+        assert got == [(expected, 40)]
+    # big runs are cut below max.message.bytes, in order
+    big = pa.array([b"x" * 1000] * 2000, pa.binary())
+    runs = list(encode_batches(BinaryColumn(None, 2000), BinaryColumn(big, 2000), T0,
+                               Compression.NONE))
+    assert len(runs) > 1 and sum(n for _b, n in runs) == 2000
+    assert all(len(b) < 1024 * 1024 for b, _n in runs)
+    # a sliced Arrow array (non-zero offset) encodes its own rows only
+    sliced = keys.slice(10, 5)
+    ((data, n),) = encode_batches(BinaryColumn(sliced, 5), BinaryColumn(values.slice(10, 5), 5),
+                                  T0, Compression.NONE)
+    assert data == build_batch([Record(None if k is None else k.encode(), v, T0) for k, v in
+                                zip(sliced.to_pylist(), values.slice(10, 5).to_pylist())])
+
+
+def test_sink_routing_is_kafkas_partitioner():
+    from kstore.partitioner import partition_for_key
+    from kstore.spark.encode import BinaryColumn
+    from kstore.spark.writer import KStoreSinkError, Router
+    n = 3000
+    rb = pa.RecordBatch.from_pydict({
+        "key": [None if i % 3 == 0 else f"user-{i % 50}" for i in range(n)],
+        "value": [b"v%d" % i for i in range(n)],
+        "partition": [4 if i % 10 == 0 else None for i in range(n)]},
+        schema=pa.schema([("key", pa.string()), ("value", pa.binary()), ("partition", pa.int32())]))
+    router = Router("t", {"t": 5}, "test")
+    n_keys = BinaryColumn(rb.column(0).cast(pa.binary()), n)
+    routed = router.route(rb, n_keys, BinaryColumn(rb.column(1), n))
+    where = {}
+    for topic, p, idx in routed:
+        assert topic == "t" and list(idx) == sorted(idx)            # rows keep their order
+        where.update({int(i): p for i in idx})
+    assert sorted(where) == list(range(n))
+    keys = rb.column(0).to_pylist()
+    for i in range(n):
+        if i % 10 == 0:
+            assert where[i] == 4                                    # an explicit partition wins
+        elif keys[i] is not None:
+            assert where[i] == partition_for_key(keys[i].encode(), 5)
+    keyless = [where[i] for i in range(n) if keys[i] is None and i % 10]
+    switches = sum(a != b for a, b in zip(keyless, keyless[1:]))
+    assert 0 < switches < len(keyless) // 20                        # sticky runs, not round-robin
+    with pytest.raises(KStoreSinkError, match="partition 9 of topic 't' does not exist"):
+        bad = pa.RecordBatch.from_pydict({"value": [b"x"], "partition": [9]},
+                                         schema=pa.schema([("value", pa.binary()),
+                                                           ("partition", pa.int32())]))
+        router.route(bad, BinaryColumn(None, 1), BinaryColumn(bad.column(0), 1))
+
+
+def test_stale_staging_left_by_a_killed_driver_is_removed_at_the_next_commit(tmp_path):
+    from kstore.spark.sink import STAGING_DIR_NAME, remove_stale_staging
+    root = tmp_path / STAGING_DIR_NAME
+    for name in ("dead", "live", "mine"):
+        (root / name / "batch-0").mkdir(parents=True)
+        (root / name / "batch-0" / "task-00000-0-1.batches").write_bytes(b"x")
+    old = os.path.getmtime(root / "live") - 3600
+    for path in [root / "dead", root / "dead" / "batch-0",
+                 root / "dead" / "batch-0" / "task-00000-0-1.batches", root / "mine"]:
+        os.utime(path, (old, old))
+    assert remove_stale_staging(str(root), keep={"mine"}, stale_after_s=600) == ["dead"]
+    assert sorted(os.listdir(root)) == ["live", "mine"]
+
+
+def test_the_sink_finds_a_broker_serving_the_log_dir(tmp_path):
+    import socket
+    from kstore.spark.sink import serving_broker
+    d = tmp_path / "logs"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert serving_broker(str(d)) is None                            # no directory yet
+    holder = Broker(str(d), host="127.0.0.1", port=port)
+    try:
+        assert serving_broker(str(d)) is None                       # locked, but nobody listens
+        from kstore.server import KafkaServer
+        other = Broker(str(tmp_path / "other"), host="127.0.0.1", port=port)
+        stranger = KafkaServer(other, "127.0.0.1", port).start_in_thread()
+        try:                                       # another cluster's broker on that port
+            assert serving_broker(str(d)) is None
+        finally:
+            stranger.stop()
+            other.shutdown()
+        from kstore.server import KafkaServer
+        server = KafkaServer(holder, "127.0.0.1", port)
+        server.start_in_thread()
+        try:
+            assert serving_broker(str(d)) == f"127.0.0.1:{port}"
+        finally:
+            server.stop()
+    finally:
+        holder.shutdown()
+    assert serving_broker(str(d)) is None                           # lock free: staged mode
+
+
+def test_kafka_client_options_are_accepted_and_reported_once(capsys):
+    from kstore.spark import options as options_module
+    options_module._REPORTED.clear()
+    opts = {**BASE, "kafka.bootstrap.servers": None, "kafka.group.id": "g", "groupIdPrefix": "p",
+            "kafka.session.timeout.ms": "1000", "kafka.isolation.level": "read_committed",
+            "fetchOffset.numRetries": "3", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "2m"}
+    del opts["kafka.bootstrap.servers"]
+    parsed = parse_source_options(opts, True)
+    assert parsed.isolation_level == "read_committed"
+    assert parsed.min_offsets_per_trigger == 5 and parsed.max_trigger_delay_ms == 120_000
+    first = capsys.readouterr().err
+    assert first.count("WARN kstore.spark: options accepted but ignored") == 1
+    for name in ("kafka.group.id", "groupIdPrefix", "kafka.session.timeout.ms",
+                 "fetchOffset.numRetries"):
+        assert name.lower() in first.lower()
+    parse_source_options(opts, True)
+    assert capsys.readouterr().err == ""                         # once per process
+    sink = parse_sink_options({"path": "/x", "topic": "t", "kafka.compression.type": "zstd",
+                               "kafka.acks": "all", "kafka.linger.ms": "5"})
+    assert sink.compression == "zstd"
+    assert "kafka.linger.ms" in capsys.readouterr().err
+    with pytest.raises(KStoreOptionError, match="'value.serializer' is not supported"):
+        parse_sink_options({"path": "/x", "topic": "t", "kafka.value.serializer": "x"})
+
+
+def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monkeypatch):
+    from kstore.spark.source import KStoreStreamReader
+    opts = parse_source_options({**BASE, "minOffsetsPerTrigger": "100",
+                                 "maxTriggerDelay": "10s"}, True)
+    reader = KStoreStreamReader(opts)
+    clock = [1000.0]
+    monkeypatch.setattr("kstore.spark.source.time.time", lambda: clock[0])
+    tp = ("t", 0)
+    assert not reader._delay({tp: 0}, {tp: 10}, {})          # the first batch never waits
+    clock[0] += 1
+    assert reader._delay({tp: 10}, {tp: 60}, {})             # 50 < 100 offsets: wait
+    assert not reader._delay({tp: 10}, {tp: 110}, {})        # 100 waiting: go
+    clock[0] += 5
+    assert reader._delay({tp: 110}, {tp: 120}, {})
+    clock[0] += 10                                           # maxTriggerDelay passed: go anyway
+    assert not reader._delay({tp: 110}, {tp: 120}, {})
+    reader._target = {tp: 120}                               # Trigger.AvailableNow never waits
+    clock[0] += 1
+    assert not reader._delay({tp: 120}, {tp: 121}, {})

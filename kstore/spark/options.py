@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import KStoreError
@@ -33,29 +34,78 @@ SOURCE_OPTIONS = [
     "startingOffsets", "endingOffsets",
     "startingTimestamp", "endingTimestamp",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
-    "failOnDataLoss", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
-    "includeHeaders", "kafkaConsumer.pollTimeoutMs",
+    "failOnDataLoss", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "minPartitions", "maxRecordsPerPartition", "includeHeaders", "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
+    "kafka.isolation.level", "kafka.request.timeout.ms",
 ]
 SINK_OPTIONS = ["path", "kafka.bootstrap.servers", "topic", "includeHeaders",
-                "kafkaConsumer.pollTimeoutMs", "kstore.lockTimeoutMs", "kstore.stagingDir",
-                "kstore.compression", "kstore.sinkId", "kstore.batchId"]
+                "kafkaConsumer.pollTimeoutMs", "kafka.compression.type", "kafka.request.timeout.ms",
+                "kafka.acks", "kstore.lockTimeoutMs", "kstore.stagingDir", "kstore.compression",
+                "kstore.sinkId", "kstore.batchId"]
 # Added by Spark itself to a streaming sink's options.
 SPARK_ADDED = ["checkpointLocation", "queryName"]
 
 _CANONICAL = {name.lower(): name for name in SOURCE_OPTIONS + SINK_OPTIONS + SPARK_ADDED}
-_NOT_SUPPORTED = {
-    "minoffsetspertrigger": "kstore has no minimum per trigger (Python sources cannot combine "
-                            "read limits); use maxOffsetsPerTrigger",
-    "maxtriggerdelay": "kstore has no minimum per trigger; use maxOffsetsPerTrigger",
-    "groupidprefix": "kstore's source does not use consumer groups (offsets live in the Spark "
-                     "checkpoint, as with Spark's Kafka source)",
-    "kafka.group.id": "kstore's source does not use consumer groups (offsets live in the Spark "
-                      "checkpoint, as with Spark's Kafka source)",
+
+# Accepted, as Spark's Kafka source accepts them, but without effect in kstore: reported once.
+IGNORED = {
+    "groupidprefix": "the kstore source uses no consumer group (offsets live in the Spark "
+                     "checkpoint, as with Spark's Kafka source, which uses the group only to "
+                     "name its consumers)",
+    "kafka.group.id": "the kstore source uses no consumer group (offsets live in the Spark "
+                      "checkpoint)",
+    "fetchoffset.numretries": "kstore's client retries offset lookups for the request timeout, "
+                              "as Kafka's admin client does",
+    "fetchoffset.retryintervalms": "kstore's client retries offset lookups every 100 ms "
+                                   "(retry.backoff.ms)",
 }
+# kafka.* settings Spark's Kafka source refuses, with what to do instead (KafkaSourceProvider).
+REFUSED = {
+    "kafka.auto.offset.reset": "set the source option 'startingOffsets' to 'earliest' or "
+                               "'latest' instead",
+    "kafka.enable.auto.commit": "offsets are kept in the query's checkpoint, never committed to "
+                                "a group",
+    "kafka.key.deserializer": "keys are always read as bytes (binary column 'key'); cast or "
+                              "decode them with DataFrame operations",
+    "kafka.value.deserializer": "values are always read as bytes (binary column 'value'); cast or "
+                                "decode them with DataFrame operations",
+    "kafka.key.serializer": "write a string or binary 'key' column instead",
+    "kafka.value.serializer": "write a string or binary 'value' column instead",
+    "kafka.interceptor.classes": "kstore runs no Kafka client interceptors",
+}
+_REPORTED: set[str] = set()
+
+
+def report_ignored(names: list[str], what: str) -> None:
+    """Print once per process which accepted options kstore does not use (Spark's workers
+    have no logging set up; their stderr goes to the Spark process's log)."""
+    new = [n for n in names if n.lower() not in _REPORTED]
+    if not new:
+        return
+    _REPORTED.update(n.lower() for n in new)
+    reasons = "; ".join(f"{n}: {IGNORED.get(n.lower(), 'a Kafka client setting kstore does not use')}"
+                        for n in new)
+    print(f"WARN kstore.spark: options accepted but ignored by the kstore {what}: {reasons}",
+          file=sys.stderr, flush=True)
 
 ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
 OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+            "d": 86_400_000}
+
+
+def duration_ms(value, name: str) -> int:
+    """Spark's time strings ("15m", "30s", "500ms"; a bare number is milliseconds)."""
+    m = _DURATION.match(str(value))
+    if not m:
+        raise KStoreOptionError(f"option '{name}' must be a duration such as 15m, 30s or 500ms, "
+                                f"got {value!r}")
+    return int(m.group(1)) * _UNIT_MS[m.group(2).lower() if m.group(2) else None]
 
 
 class _Options(dict):
@@ -78,21 +128,28 @@ def _name(key: str) -> str:
     return _CANONICAL.get(key.lower(), key)
 
 
-def check_known(options: dict, allowed: list[str], what: str) -> None:
+def check_known(options: dict, allowed: list[str], what: str) -> list[str]:
+    """Refuse unknown options (naming the close ones); return the accepted ones kstore ignores:
+    `kafka.*` client settings without a meaning here, and consumer-group settings."""
     allowed_lower = {a.lower() for a in allowed} | {a.lower() for a in SPARK_ADDED}
+    ignored = []
     for key in options:
         k = key.lower()
+        if k in REFUSED:
+            raise KStoreOptionError(f"Kafka option '{key[len('kafka.'):]}' is not supported by the "
+                                    f"kstore {what}: {REFUSED[k]}")
+        if k in IGNORED or (k.startswith("kafka.") and k not in allowed_lower):
+            ignored.append(key)
+            continue
         if k in allowed_lower:
             continue
-        if k in _NOT_SUPPORTED:
-            raise KStoreOptionError(f"option '{_name(key)}' is not supported by the kstore "
-                                    f"{what}: {_NOT_SUPPORTED[k]}")
         close = [a for a in allowed if a.lower().replace(".", "") == k.replace(".", "")
                  or a.lower().startswith(k[:6])]
         hint = f" Did you mean {' or '.join(repr(c) for c in close[:2])}?" if close else ""
         raise KStoreOptionError(
             f"unknown option '{key}' for the kstore {what}.{hint} Known options: "
-            f"{', '.join(allowed)}.")
+            f"{', '.join(allowed)}, and Kafka client settings as kafka.*.")
+    return ignored
 
 
 def _bool(options: dict, name: str, default: bool) -> bool:
@@ -183,6 +240,9 @@ class SourceOptions:
     by_timestamp_strategy: str = "error"
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    isolation_level: str = "read_uncommitted"
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     include_headers: bool = False
@@ -198,7 +258,8 @@ class SourceOptions:
 def location_from(options: dict) -> Location:
     path = options.get("path")
     servers = options.get("kafka.bootstrap.servers")
-    timeout = _positive_int(options, "kafkaConsumer.pollTimeoutMs") or 30000
+    timeout = (_positive_int(options, "kafkaConsumer.pollTimeoutMs")
+               or _positive_int(options, "kafka.request.timeout.ms") or 30000)
     if path and servers:
         raise KStoreOptionError("give either a log directory (load(path) / option 'path') or "
                                 "'kafka.bootstrap.servers', not both")
@@ -251,7 +312,7 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
     """Validate everything that can be checked without looking at the log. `streaming` is None
     when the mode is not known yet (schema())."""
     options = _Options(options)
-    check_known(options, SOURCE_OPTIONS, "source")
+    report_ignored(check_known(options, SOURCE_OPTIONS, "source"), "source")
     location = location_from(options)
     given = [s for s in ("subscribe", "subscribePattern", "assign") if options.get(s) is not None]
     if not given:
@@ -294,6 +355,23 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
     opts.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
     opts.include_headers = _bool(options, "includeHeaders", False)
     opts.max_offsets_per_trigger = _positive_int(options, "maxOffsetsPerTrigger")
+    opts.min_offsets_per_trigger = _positive_int(options, "minOffsetsPerTrigger")
+    if options.get("maxTriggerDelay") is not None:
+        opts.max_trigger_delay_ms = duration_ms(options["maxTriggerDelay"], "maxTriggerDelay")
+    if opts.max_offsets_per_trigger and opts.min_offsets_per_trigger and \
+            opts.min_offsets_per_trigger > opts.max_offsets_per_trigger:
+        raise KStoreOptionError(f"minOffsetsPerTrigger ({opts.min_offsets_per_trigger}) must not "
+                                f"exceed maxOffsetsPerTrigger ({opts.max_offsets_per_trigger})")
+    for name in ("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"):
+        value = options.get(name)
+        if value is not None and not str(value).strip().isdigit():
+            raise KStoreOptionError(f"Invalid value '{value}' for option '{name}', must be a "
+                                    f"non-negative integer")
+    isolation = str(options.get("kafka.isolation.level", "read_uncommitted")).strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise KStoreOptionError(f"Kafka option 'isolation.level' must be read_uncommitted or "
+                                f"read_committed, got {options['kafka.isolation.level']!r}")
+    opts.isolation_level = isolation
     opts.min_partitions = _positive_int(options, "minPartitions")
     opts.max_records_per_partition = _positive_int(options, "maxRecordsPerPartition")
 
@@ -336,7 +414,11 @@ class SinkOptions:
 
 def parse_sink_options(options: dict) -> SinkOptions:
     options = _Options(options)
-    check_known(options, SINK_OPTIONS, "sink")
+    ignored = check_known(options, SINK_OPTIONS, "sink")
+    acks = options.get("kafka.acks")
+    if acks is not None and str(acks).strip().lower() not in ("all", "-1"):
+        ignored.append("kafka.acks")      # the sink always waits for acks=all
+    report_ignored(ignored, "sink")
     location = location_from(options)
     topic = options.get("topic")
     if topic is not None:
@@ -345,7 +427,8 @@ def parse_sink_options(options: dict) -> SinkOptions:
             validate_topic_name(str(topic))
         except KStoreError as e:
             raise KStoreOptionError(f"option 'topic': {e}") from None
-    compression = str(options.get("kstore.compression", "none")).lower()
+    compression = str(options.get("kstore.compression",
+                                  options.get("kafka.compression.type", "none"))).lower()
     from ..compression import Compression
     try:
         Compression.from_name(compression)

@@ -1,41 +1,42 @@
 """`df.write.format("kstore")` and `df.writeStream.format("kstore")`: append DataFrame rows to
-kstore topics, like Spark's Kafka sink, but exactly once per streaming batch.
+kstore topics, like Spark's Kafka sink.
 
 The DataFrame has Kafka's write schema: `value` (string or binary, null = tombstone), and
 optionally `key` (string or binary), `topic` (string; the `topic` option overrides it),
 `partition` (int; otherwise Kafka's partitioner: murmur2 of the key, sticky for keyless records)
 and `headers` (array<struct<key string, value binary>>). Other columns are ignored, as Kafka's
-sink ignores them. Only `mode("append")`: a topic is an append-only log.
+sink ignores them. Only `mode("append")`: a topic is an append-only log. Rows arrive as Arrow
+batches and are encoded column-wise (`kstore.spark.writer`, `kstore.spark.encode`).
 
-Who writes, and the `.lock`. A log directory belongs to one writer at a time (a Broker takes its
-`.lock`, as Kafka's broker does), while Spark runs many write tasks at once, in other processes.
-So the tasks never touch the log; the work is split in two:
+Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the driver):
 
-1. `write()` (each executor task, in parallel): encode the task's rows into RecordBatch v2 bytes,
-   one run of batches per target partition, and stage them in a file
-   (`<log dir>/.kstore-spark-staging/<write id>/batch-<id>/task-...`); return where they are;
-2. `commit()` (once, after every task succeeded, in one driver-side process): open a `Broker` on
-   the log directory — waiting up to `kstore.lockTimeoutMs` (default 30 s) if another broker or
-   tool holds the lock, then failing with a message saying what to do — append every staged run
-   through the engine (`Broker.produce`: offsets assigned, indexes, high watermark), flush,
-   shut the broker down (checkpoints), delete the staged files. `abort()` deletes them instead.
-   Nothing is visible before the commit, and a failed job writes nothing.
+* Through a broker — with `kafka.bootstrap.servers`, or with a log directory that a running
+  broker (`kstore serve`) holds: the directory's `.lock` is taken and the broker registered in the
+  directory's metadata answers at its address. Every executor task is a producer and sends its
+  rows straight to each partition's leader, as Spark's Kafka sink does (`writer.TaskProducer`).
+  Nothing goes through files or the driver. **At least once**: rows of a task that Spark retries
+  are sent again (Spark's Kafka sink is at-least-once too). One case is made exact: a streaming
+  batch that was fully committed but re-run after a restart (its `commits/` entry was not written)
+  is skipped, because the sink records each committed batch id in the query's checkpoint
+  (`kstore-sink-commits.json`) and every task checks it. Idempotent producers and transactions, not
+  in kstore yet, are what would make it exactly once (see `kstore.spark.writer`).
 
-With `kafka.bootstrap.servers` the commit sends the staged batches to a running `kstore serve`
-with Produce requests (acks=all) instead: that is how to write while a broker owns the directory.
-Staging is then in `kstore.stagingDir` (default: the temp directory, fine in local mode; on a
-cluster give a directory that every node and the driver can read).
-
-Exactly once per batch id. Spark may call `commit(messages, batchId)` again for a batch that was
-already committed: after a restart it re-runs the last batch if its `commits/` entry was not
-written. The sink keeps, per query (the query id is stable across restarts; or `kstore.sinkId`),
-the last batch id it committed, in `<log dir>/kstore-spark-sink-commits.json`, written under the
-same lock as the data. Before appending it records its plan (each partition's log end offset and
-record count), so a commit that died half-way is resumed from the log end offsets: records are
-neither lost nor doubled. A batch write (e.g. inside `foreachBatch`) gets the same guarantee with
-the options `kstore.sinkId` + `kstore.batchId`, like Delta Lake's `txnAppId` / `txnVersion`.
-Over the network the marker lives in the query's checkpoint directory (or the staging directory),
-and resuming a half-done commit is only exact if nobody else produced to those partitions.
+* Staged — a log directory no broker is running on. The log belongs to one writer at a time
+  (its `.lock`), while Spark runs many write tasks at once, in other processes, so the tasks never
+  touch the log: each stages its encoded batches in a file under the log directory itself
+  (`<log dir>/.kstore-spark-staging/<write id>/batch-<id>/task-...`, so on a cluster the log
+  directory must be on storage every node shares, as it must for reading), and `commit()` (once,
+  on the driver, after every task succeeded) opens a `Broker` on the directory — waiting up to
+  `kstore.lockTimeoutMs` (default 30 s) for the lock — appends every staged batch through the
+  engine, shuts the broker down (checkpoints) and deletes the staged files. **Exactly once per
+  batch id**: nothing is visible before the commit, a failed job writes nothing, and the sink
+  keeps per query (or `kstore.sinkId`) the last batch id it committed in
+  `<log dir>/kstore-spark-sink-commits.json`, under the same lock as the data, with the plan of a
+  commit (each partition's log end offset and record count) written before appending, so a commit
+  that died half-way is resumed, not doubled. A batch write (e.g. inside `foreachBatch`) gets the
+  same with `kstore.sinkId` + `kstore.batchId`, like Delta Lake's `txnAppId` / `txnVersion`.
+  Staged files that a killed driver left behind are deleted by the next commit once they are
+  older than STALE_STAGING_S.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -54,20 +54,16 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 
 from ..compression import Compression
-from ..errors import KStoreError, LogError
-from ..partitioner import BuiltInPartitioner, partition_for_key
-from ..records import Record, build_batch
+from ..errors import LogError
+from ..metadata import METADATA_FILE
 from .options import KStoreOptionError, SinkOptions, parse_sink_options
+from .writer import (KStoreSinkError, Router, TaskProducer, encoded_runs,  # noqa: F401
+                     produce_task)
 
 STAGING_DIR_NAME = ".kstore-spark-staging"
-COMMITS_FILE = "kstore-spark-sink-commits.json"
-MAX_BATCH_BYTES = 512 * 1024          # below max.message.bytes (1 MiB)
-MAX_BATCH_RECORDS = 16384
-MAX_PRODUCE_BYTES = 4 * 1024 * 1024
-
-
-class KStoreSinkError(KStoreError):
-    """The kstore sink could not write (lock held, missing topic, bad partition...)."""
+COMMITS_FILE = "kstore-spark-sink-commits.json"          # staged mode, in the log directory
+CHECKPOINT_COMMITS_FILE = "kstore-sink-commits.json"     # through a broker, in the checkpoint
+STALE_STAGING_S = 600      # staged files untouched this long belong to a driver that died
 
 
 @dataclass
@@ -89,6 +85,66 @@ class StagedWrite(WriterCommitMessage):
     rows: int = 0
     task: int = 0
     query_id: str | None = None
+
+
+@dataclass
+class ProducedWrite(WriterCommitMessage):
+    """What one write task produced to the brokers (skipped: a batch committed before)."""
+    rows: int = 0
+    task: int = 0
+    query_id: str | None = None
+    skipped: bool = False
+
+
+def serving_broker(log_dir: str) -> str | None:
+    """HOST:PORT of a broker running on `log_dir`, or None. A broker holds the directory's
+    `.lock` and is registered in its metadata (`/brokers/ids/<id>`) with the address it serves;
+    an offline tool holding the lock has no listening address."""
+    try:
+        fd = os.open(os.path.join(log_dir, ".lock"), os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None                                      # nobody holds it
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        with open(os.path.join(log_dir, METADATA_FILE), encoding="utf-8") as f:
+            nodes = json.load(f)
+    except (OSError, ValueError):
+        return None
+    cluster = (nodes.get("/cluster/id") or {}).get("id")
+    for path, node in sorted(nodes.items()):
+        if path.startswith("/brokers/ids/") and isinstance(node, dict) and node.get("port"):
+            address = f"{node.get('host') or '127.0.0.1'}:{int(node['port'])}"
+            if _cluster_id_at(address) == cluster:     # not some other broker on that port
+                return address
+    return None
+
+
+def _cluster_id_at(address: str) -> str | None:
+    from ..errors import KStoreError
+    from ..remote_broker import RemoteBroker
+    try:
+        with RemoteBroker(address, client_id="kstore-spark-sink", timeout_s=2) as client:
+            return client.request("Metadata", {"topics": [],
+                                               "allow_auto_topic_creation": False})["cluster_id"]
+    except (KStoreError, OSError, KeyError):
+        return None
+
+
+def _local_path(location: str | None) -> str | None:
+    if location is None:
+        return None
+    if location.startswith("file:"):
+        location = location[5:]
+        if location.startswith("//"):
+            location = location[2:]
+    return location
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,16 +187,8 @@ def _check_schema(schema, opts: SinkOptions) -> None:
                                     f"array<struct<key:string,value:binary>>, got {t.simpleString()}")
 
 
-def _bytes(v) -> bytes | None:
-    if v is None or isinstance(v, bytes):
-        return v
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    return bytes(v)
-
-
 # ---------------------------------------------------------------------------------------------
-# The task side: encode and stage
+# The writers: planned on the driver, write() in every executor task, commit() on the driver
 # ---------------------------------------------------------------------------------------------
 
 class _Writer:
@@ -152,15 +200,24 @@ class _Writer:
         _check_schema(schema, self.opts)
         if self.opts.topic is not None:
             self._check_topic(self.opts.topic)
+        location = self.opts.location
+        # Through a broker when one is given or runs on the log directory; staged otherwise.
+        self.bootstrap = location.bootstrap_servers or serving_broker(location.log_dir)
         self.write_id = uuid.uuid4().hex[:12]
         self.staging_root = self._staging_root()
+        self.describe = (location.describe() if location.bootstrap_servers or not self.bootstrap
+                         else f"kstore broker at {self.bootstrap} (serving {location.log_dir})")
+        self.committed_through = self._committed_batch() if self.bootstrap else None
+        if self.bootstrap and self.opts.batch_id is not None and self._marker_path() is None:
+            raise KStoreOptionError(
+                "kstore.sinkId + kstore.batchId through a broker need a directory where the sink "
+                "records the batch ids it committed: give the option checkpointLocation or "
+                "kstore.stagingDir")
 
     def _staging_root(self) -> str:
         if self.opts.staging_dir:
             return os.path.abspath(self.opts.staging_dir)
-        if self.opts.location.log_dir is not None:
-            return os.path.join(self.opts.location.log_dir, STAGING_DIR_NAME)
-        return os.path.join(tempfile.gettempdir(), "kstore-spark-staging")
+        return os.path.join(self.opts.location.log_dir or ".", STAGING_DIR_NAME)
 
     def _check_topic(self, topic: str) -> int:
         with self.opts.location.open() as backend:
@@ -175,92 +232,121 @@ class _Writer:
     def _batch_dir(self, batch_id) -> str:
         return os.path.join(self.staging_root, self.write_id, f"batch-{batch_id}")
 
+    # ---- the committed-batch record of the network mode (in the query's checkpoint)
+    def _marker_path(self) -> str | None:
+        """Where committed batch ids are kept: the query's checkpoint, else kstore.stagingDir,
+        else the staging directory of the log dir the broker serves."""
+        directory = _local_path(self.opts.checkpoint_location) or self.opts.staging_dir
+        if directory is None and self.opts.location.log_dir is not None:
+            directory = self.staging_root
+        return None if directory is None else os.path.join(directory, CHECKPOINT_COMMITS_FILE)
+
+    def _committed_batch(self) -> int | None:
+        """The last batch id this sink committed through a broker (read when the query starts,
+        on the driver; every task gets it with the pickled writer)."""
+        path = self._marker_path()
+        if path is None:
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return None
+        if self.opts.sink_id is not None:
+            entry = state.get(self.opts.sink_id)
+            return None if entry is None else entry["batch_id"]
+        return max((e["batch_id"] for e in state.values()), default=None)
+
+    def _record_committed(self, sink_id: str, batch_id: int) -> None:
+        path = self._marker_path()
+        if path is None:
+            return
+        from ..checkpoint import atomic_write
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            state = {}
+        state[sink_id] = {"batch_id": batch_id, "state": "committed",
+                          "time": int(time.time() * 1000)}
+        atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+    # ---- the task side
     def write(self, iterator):
         from pyspark import TaskContext
         ctx = TaskContext.get()
         batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
         query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
         task = ctx.partitionId() if ctx else 0
+        if self.bootstrap:
+            return self._produce(iterator, batch_id, query_id, task)
         attempt = f"{ctx.attemptNumber()}-{ctx.taskAttemptId()}" if ctx else "0-0"
+        return self._stage(iterator, batch_id, query_id, task, attempt)
 
-        counts = None
-        partitioner = BuiltInPartitioner()
-        compression = Compression.from_name(self.opts.compression)
-        runs: dict[tuple[str, int], list[Record]] = {}
-        now = int(time.time() * 1000)
-        rows = 0
-        for rb in iterator:
-            names = rb.schema.names
-            n = rb.num_rows
-            cols = {name: rb.column(i).to_pylist() for i, name in enumerate(names)
-                    if name in ("key", "value", "topic", "partition", "headers")}
-            keys = cols.get("key", [None] * n)
-            values = cols["value"]
-            topics = [self.opts.topic] * n if self.opts.topic else cols["topic"]
-            parts = cols.get("partition", [None] * n)
-            headers = cols.get("headers", [None] * n)
-            if counts is None:
-                with self.opts.location.open() as backend:
-                    counts = backend.topic_partitions()
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise KStoreSinkError("null topic encountered while writing a row: set the "
-                                          "topic option or give every row a topic")
-                if topic not in counts:
-                    raise KStoreSinkError(f"topic '{topic}' does not exist in the "
-                                          f"{self.opts.location.describe()}; create it first")
-                key = _bytes(keys[i])
-                p = parts[i]
-                if p is None:
-                    p = (partition_for_key(key, counts[topic]) if key is not None
-                         else partitioner.partition(topic, None, counts[topic]))
-                elif not 0 <= p < counts[topic]:
-                    raise KStoreSinkError(f"partition {p} of topic '{topic}' does not exist (it "
-                                          f"has {counts[topic]} partitions)")
-                hs = tuple((h["key"], _bytes(h["value"])) for h in headers[i]) if headers[i] else ()
-                record = Record(key, _bytes(values[i]), now, hs)
-                runs.setdefault((topic, p), []).append(record)
-                if key is None and parts[i] is None:
-                    partitioner.record_appended(topic, p, 70 + len(record.value or b""),
-                                                counts[topic])
-            rows += n
-        if not runs:
-            return StagedWrite(None, [], 0, task, query_id)
-        directory = self._batch_dir(batch_id if batch_id is not None else "job")
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"task-{task:05d}-{attempt}.batches")
-        staged: list[StagedRun] = []
+    def _produce(self, iterator, batch_id, query_id, task) -> ProducedWrite:
+        if batch_id is None:
+            batch_id = self.opts.batch_id          # a batch write with kstore.batchId
+        if batch_id is not None and self.committed_through is not None \
+                and int(batch_id) <= self.committed_through:
+            for _ in iterator:       # committed before a restart: Spark re-runs it, we do not
+                pass
+            return ProducedWrite(0, task, query_id, skipped=True)
+        producer = TaskProducer(self.bootstrap, self.opts.location.timeout_ms,
+                                client_id=f"kstore-spark-sink-{task}")
         try:
-            with open(path, "wb") as f:
-                for (topic, p), records in sorted(runs.items()):
-                    run = StagedRun(topic, p, [])
-                    for chunk in _chunks(records):
-                        data = build_batch(chunk, compression=compression)
-                        run.batches.append((f.tell(), len(data), len(chunk)))
-                        f.write(data)
-                    staged.append(run)
-                f.flush()
-                os.fsync(f.fileno())
+            rows = produce_task(iterator, self.opts.topic, producer,
+                                Compression.from_name(self.opts.compression), self.describe)
+        finally:
+            producer.close()
+        return ProducedWrite(rows, task, query_id)
+
+    def _stage(self, iterator, batch_id, query_id, task, attempt) -> StagedWrite:
+        directory = self._batch_dir(batch_id if batch_id is not None else "job")
+        path = os.path.join(directory, f"task-{task:05d}-{attempt}.batches")
+        compression = Compression.from_name(self.opts.compression)
+        now = int(time.time() * 1000)
+        runs: dict[tuple[str, int], StagedRun] = {}
+        rows = 0
+        router = None
+        f = None
+        try:
+            for rb in iterator:
+                if router is None:
+                    with self.opts.location.open() as backend:
+                        router = Router(self.opts.topic, backend.topic_partitions(),
+                                        self.describe)
+                for topic, p, data, count in encoded_runs(rb, router, compression, now):
+                    if f is None:
+                        os.makedirs(directory, exist_ok=True)
+                        f = open(path, "wb")
+                    run = runs.setdefault((topic, p), StagedRun(topic, p, []))
+                    run.batches.append((f.tell(), len(data), count))
+                    f.write(data)
+                rows += rb.num_rows
+            if f is None:
+                return StagedWrite(None, [], rows, task, query_id)
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(path)
+            if f is not None:
+                f.close()
+                with contextlib.suppress(OSError):
+                    os.remove(path)
             raise
-        return StagedWrite(path, staged, rows, task, query_id)
+        return StagedWrite(path, [runs[tp] for tp in sorted(runs)], rows, task, query_id)
 
-    # ---- driver side
-    def _appender(self, idempotent: bool):
-        if self.opts.location.log_dir is not None:
-            return LogDirAppender(self.opts.location.log_dir, self.opts.lock_timeout_ms)
-        return NetworkAppender(self.opts, self.staging_root, idempotent)
-
+    # ---- the driver side (staged mode)
     def _cleanup(self, messages, batch_id) -> None:
         """Delete staged files and the directories that held them. (Spark may build the writer
         that commits in another process than the one that planned the tasks, so the directories
         are found from the files, not from this instance's write id.)"""
+        if self.bootstrap:
+            return
         dirs = {self._batch_dir(batch_id if batch_id is not None else "job")}
         for m in messages:
-            if m is not None and m.path:
+            if isinstance(m, StagedWrite) and m.path:
                 with contextlib.suppress(OSError):
                     os.remove(m.path)
                 dirs.add(os.path.dirname(m.path))
@@ -271,19 +357,40 @@ class _Writer:
         with contextlib.suppress(OSError):
             os.rmdir(self.staging_root)                # and the staging root, once empty
 
+    def _commit_staged(self, messages, sink_id, batch_id) -> None:
+        staged = [m for m in messages if isinstance(m, StagedWrite) and m.path]
+        if not staged:
+            return
+        with LogDirAppender(self.opts.location.log_dir, self.opts.lock_timeout_ms) as appender:
+            commit_staged(appender, staged, sink_id=sink_id, batch_id=batch_id)
+            remove_stale_staging(self.staging_root, keep={self.write_id} | {
+                os.path.basename(os.path.dirname(os.path.dirname(m.path))) for m in staged})
 
-def _chunks(records: list[Record]):
-    chunk, size = [], 0
-    for r in records:
-        est = 24 + len(r.key or b"") + len(r.value or b"") + sum(
-            len(k) + len(v or b"") + 4 for k, v in r.headers)
-        if chunk and (size + est > MAX_BATCH_BYTES or len(chunk) >= MAX_BATCH_RECORDS):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(r)
-        size += est
-    if chunk:
-        yield chunk
+
+def remove_stale_staging(staging_root: str, keep: set[str], now: float | None = None,
+                         stale_after_s: float = STALE_STAGING_S) -> list[str]:
+    """Delete the staging directories of writes whose driver died before committing or aborting
+    (nothing in them changed for stale_after_s); returns the ones deleted. Runs under the log
+    directory's lock, during a commit."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        names = os.listdir(staging_root)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        path = os.path.join(staging_root, name)
+        if name in keep or not os.path.isdir(path):
+            continue
+        newest = os.path.getmtime(path)
+        for root, dirs, files in os.walk(path):
+            for n in dirs + files:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.path.getmtime(os.path.join(root, n)))
+        if now - newest >= stale_after_s:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
 
 
 class KStoreBatchWriter(_Writer, DataSourceArrowWriter):
@@ -291,19 +398,20 @@ class KStoreBatchWriter(_Writer, DataSourceArrowWriter):
         _Writer.__init__(self, options, schema, overwrite)
 
     def commit(self, messages):
-        staged = [m for m in messages if m is not None and m.path]
+        # kstore.sinkId + kstore.batchId (e.g. in foreachBatch) make a staged write idempotent,
+        # like Delta Lake's txnAppId + txnVersion
+        sink_id = self.opts.sink_id if self.opts.batch_id is not None else None
+        if self.bootstrap:
+            if sink_id is not None:
+                self._record_committed(sink_id, self.opts.batch_id)
+            return                     # the tasks' rows are in the log already
         try:
-            if staged:
-                with self._appender(self.opts.batch_id is not None) as appender:
-                    # kstore.sinkId + kstore.batchId (e.g. in foreachBatch) make the write
-                    # idempotent, like Delta Lake's txnAppId + txnVersion
-                    commit_staged(appender, staged, sink_id=self.opts.sink_id if
-                                  self.opts.batch_id is not None else None,
-                                  batch_id=self.opts.batch_id)
+            self._commit_staged(messages, sink_id, self.opts.batch_id)
         finally:
             self._cleanup(messages, None)
 
     def abort(self, messages):
+        # Through a broker, rows that finished tasks produced stay (as with Spark's Kafka sink).
         self._cleanup(messages, None)
 
 
@@ -311,14 +419,19 @@ class KStoreStreamWriter(_Writer, DataSourceStreamArrowWriter):
     def __init__(self, options, schema, overwrite):
         _Writer.__init__(self, options, schema, overwrite)
 
+    def _sink_id(self, messages) -> str | None:
+        return (self.opts.sink_id or next((m.query_id for m in messages
+                                           if m is not None and m.query_id), None)
+                or self.opts.checkpoint_location)
+
     def commit(self, messages, batchId):
-        staged = [m for m in messages if m is not None and m.path]
+        sink_id = self._sink_id(messages)
+        if self.bootstrap:
+            if sink_id is not None:
+                self._record_committed(sink_id, int(batchId))
+            return
         try:
-            if staged:
-                sink_id = (self.opts.sink_id or next((m.query_id for m in staged if m.query_id), None)
-                           or self.opts.checkpoint_location)
-                with self._appender(sink_id is not None) as appender:
-                    commit_staged(appender, staged, sink_id=sink_id, batch_id=int(batchId))
+            self._commit_staged(messages, sink_id, int(batchId))
         finally:
             self._cleanup(messages, batchId)
 
@@ -367,7 +480,6 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
                 f"partition written by someone else meanwhile?)")
         already[tp] = done
     for tp in plan:
-        pending: list[bytes] = []
         skip = already[tp]
         for m in staged:
             runs = [r for r in m.runs if (r.topic, r.partition) == tp]
@@ -383,15 +495,8 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
                             raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
                                                   f"inside a staged batch")
                         f.seek(pos)
-                        pending.append(f.read(size))
-        chunk: list[bytes] = []
-        for data in pending:
-            if chunk and sum(map(len, chunk)) + len(data) > MAX_PRODUCE_BYTES:
-                appender.append(tp, b"".join(chunk))
-                chunk = []
-            chunk.append(data)
-        if chunk:
-            appender.append(tp, b"".join(chunk))
+                        # one batch per append: what Kafka's Produce allows per partition
+                        appender.append(tp, f.read(size))
     appender.flush()
     if sink_id is not None:
         state = appender.load_state()
@@ -465,46 +570,3 @@ class LogDirAppender(_CommitState):
     @property
     def _state_path(self) -> str:
         return os.path.join(self.log_dir, COMMITS_FILE)
-
-
-class NetworkAppender(_CommitState):
-    """Appends with Produce requests (acks=all) to a running `kstore serve`."""
-
-    def __init__(self, opts: SinkOptions, staging_root: str, idempotent: bool = True):
-        self.opts = opts
-        self.idempotent = idempotent
-        state_dir = opts.checkpoint_location or staging_root
-        if state_dir.startswith("file:"):
-            state_dir = state_dir[5:]
-        self._state_path = os.path.join(state_dir, "kstore-sink-commits.json")
-        self.client = None
-        self._lock_fd = None
-
-    def __enter__(self):
-        from ..remote_broker import RemoteBroker
-        if self.idempotent:   # the marker file is only needed to remember batch ids
-            os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
-            self._lock_fd = os.open(self._state_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        self.client = RemoteBroker(self.opts.location.bootstrap_servers, client_id="kstore-spark",
-                                   timeout_s=self.opts.location.timeout_ms / 1000)
-        return self
-
-    def __exit__(self, *exc):
-        if self.client is not None:
-            self.client.close()
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def log_end_offsets(self, tps):
-        if not tps:
-            return {}
-        return {tp: f.offset for tp, f in self.client.list_offsets_many({tp: -1 for tp in tps}).items()}
-
-    def append(self, tp, data: bytes) -> None:
-        self.client.produce(tp[0], tp[1], data, acks=-1, timeout_ms=self.opts.location.timeout_ms)
-
-    def flush(self) -> None:
-        pass   # acks=all: the broker has it before it answers

@@ -31,6 +31,7 @@ import json
 import math
 import re
 import sys
+import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -351,6 +352,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._backend = None
         self._target: dict | None = None      # AvailableNow: the offsets to stop at
+        self._last_trigger_ms = 0             # minOffsetsPerTrigger: when the last batch ran
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -390,12 +392,30 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         left out, so that partitions() reports them."""
         begin = _flat(start)
         latest = dict(self._target) if self._target is not None else self._latest()
+        new = [tp for tp in latest if tp not in begin]
+        new_from = ({tp: e for tp, (e, _l) in self.backend.offset_ranges(new).items()}
+                    if new else {})
+        if self._delay(begin, latest, new_from):
+            return start                      # no batch yet: wait for minOffsetsPerTrigger
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            new = [tp for tp in latest if tp not in begin]
-            new_from = ({tp: e for tp, (e, _l) in self.backend.offset_ranges(new).items()}
-                        if new else {})
             latest = self._rate_limit(limit.max_rows, begin, latest, new_from)
         return _nested(latest)
+
+    def _delay(self, begin: dict, latest: dict, new_from: dict) -> bool:
+        """Kafka's minOffsetsPerTrigger: hold the next batch back while fewer offsets are
+        waiting, until maxTriggerDelay has passed since the last batch (the first batch and
+        Trigger.AvailableNow are never held). Python sources have no composite read limit, so
+        the source applies it itself, on the driver, where this reader lives for the query."""
+        minimum = self.opts.min_offsets_per_trigger
+        if not minimum or self._target is not None:
+            return False
+        waiting = sum(max(end - begin.get(tp, new_from.get(tp, end)), 0)
+                      for tp, end in latest.items())
+        now = int(time.time() * 1000)
+        if waiting < minimum and now - self._last_trigger_ms < self.opts.max_trigger_delay_ms:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     @staticmethod
     def _rate_limit(limit: int, begin: dict, latest: dict, new_from: dict) -> dict:

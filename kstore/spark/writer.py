@@ -1,0 +1,177 @@
+"""The sink's task side: route a task's Arrow rows to topic-partitions, encode them into
+RecordBatch v2 bytes (`kstore.spark.encode`), and either produce them to the brokers (network
+mode, what Spark's Kafka sink does) or stage them for the driver's commit (a log directory that
+no broker serves).
+
+Routing is Kafka's producer's: an explicit `partition` column wins; otherwise a key goes to
+murmur2(key) mod partitions (computed once per distinct key of an Arrow batch, not per row); and
+keyless records stick to one partition until about batch.size (16 KiB) went there, then move to
+another at random (Kafka's BuiltInPartitioner).
+
+Producing (`TaskProducer`): each task is one producer. It sends every batch to its partition's
+leader (`RemoteBroker` routes by Metadata and follows a moved leader), ONE batch per partition per
+Produce request — Kafka's brokers refuse a request carrying several batches for one partition —
+with acks=all, and waits for each answer before the next (max.in.flight = 1, so batches of a
+partition land in order).
+
+Delivery guarantee (today): at least once. A task that fails after some of its Produce requests
+were answered is run again by Spark and sends those rows again, and a micro-batch that ran but
+whose commit the driver never recorded is run again after a restart. The second case is caught:
+the streaming sink records each committed batch id in the query's checkpoint and skips a batch it
+already committed (`KStoreStreamWriter`). Spark's own Kafka sink gives at least once too.
+Where idempotence plugs in: every batch leaves through `TaskProducer.send`, one producer per
+task, one partition per request, in order — the shape an idempotent producer needs. Turning it on
+means: InitProducerId when the task starts, then `wrap_batch(..., producer_id, epoch,
+base_sequence)` with a sequence per partition; the broker then drops a batch re-sent after a lost
+answer. Exactly once per micro-batch needs transactions on top (one transactional id per task,
+committed by the driver's commit). Batches carry no producer id today.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..compression import Compression
+from ..errors import KStoreError
+from ..partitioner import BuiltInPartitioner, partition_for_key
+from .encode import BinaryColumn, encode_batches
+
+ROUTED_COLUMNS = ("key", "value", "topic", "partition", "headers")
+
+
+class KStoreSinkError(KStoreError):
+    """The kstore sink could not write (lock held, missing topic, bad partition...)."""
+
+
+def _binary(array):
+    if array is None:
+        return None
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array.cast(pa.binary()) if pa.types.is_string(array.type) else array
+
+
+class Router:
+    """Where each row of an Arrow batch goes: [(topic, partition, row indices)], rows in order."""
+
+    def __init__(self, topic: str | None, counts: dict[str, int], describe: str):
+        self.topic, self.counts, self.describe = topic, counts, describe
+        self.partitioner = BuiltInPartitioner()
+
+    def route(self, rb: pa.RecordBatch, keys: BinaryColumn, values: BinaryColumn):
+        names = rb.schema.names
+        n = rb.num_rows
+        if self.topic is not None:
+            by_topic = [(self.topic, np.arange(n))]
+        else:
+            col = rb.column(names.index("topic"))
+            if col.null_count:
+                raise KStoreSinkError("null topic encountered while writing a row: set the topic "
+                                      "option or give every row a topic")
+            by_topic = [(t, np.flatnonzero(np.asarray(pc.equal(col, t))))
+                        for t in pc.unique(col).to_pylist()]
+        explicit = None
+        if "partition" in names:
+            column = rb.column(names.index("partition"))
+            explicit = np.asarray(pc.fill_null(column, -1), dtype=np.int64)
+            explicit_given = np.asarray(pc.is_valid(column))
+        key_array = _binary(rb.column(names.index("key"))) if "key" in names else None
+        out = []
+        for topic, idx in by_topic:
+            count = self.counts.get(topic)
+            if count is None:
+                raise KStoreSinkError(f"topic '{topic}' does not exist in the {self.describe}; "
+                                      f"create it first")
+            parts = np.full(len(idx), -1, dtype=np.int64)
+            if explicit is not None:
+                parts = explicit[idx].copy()
+                bad = (parts >= count) | (parts < -1) | (explicit_given[idx] & (parts < 0))
+                if bad.any():
+                    raise KStoreSinkError(f"partition {int(parts[bad][0])} of topic '{topic}' does "
+                                          f"not exist (it has {count} partitions)")
+            keyed = (parts < 0) & (keys.lengths[idx] >= 0)
+            if keyed.any():
+                parts[keyed] = self._by_key(key_array.take(pa.array(idx[keyed])), count)
+            keyless = np.flatnonzero(parts < 0)
+            if len(keyless):
+                parts[keyless] = self._sticky(topic, values.nbytes()[idx[keyless]], count)
+            for p in np.unique(parts).tolist():
+                out.append((topic, int(p), idx[parts == p]))
+        return out
+
+    @staticmethod
+    def _by_key(keys: pa.Array, count: int) -> np.ndarray:
+        """murmur2 partition of each key, computed once per distinct key."""
+        encoded = keys.dictionary_encode()
+        table = np.array([partition_for_key(k, count) for k in encoded.dictionary.to_pylist()],
+                         dtype=np.int64)
+        return table[np.asarray(encoded.indices, dtype=np.int64)]
+
+    def _sticky(self, topic: str, sizes: np.ndarray, count: int) -> np.ndarray:
+        """Keyless records: runs of about batch.size bytes per partition (BuiltInPartitioner)."""
+        out = np.empty(len(sizes), dtype=np.int64)
+        cum = np.cumsum(sizes + 70)          # + a record's overhead, as the producer estimates
+        start = 0
+        while start < len(sizes):
+            p = self.partitioner.partition(topic, None, count)
+            base = cum[start - 1] if start else 0
+            end = int(np.searchsorted(cum, base + self.partitioner.batch_size, side="left")) + 1
+            end = min(max(end, start + 1), len(sizes))
+            out[start:end] = p
+            self.partitioner.record_appended(topic, p, int(cum[end - 1] - base), count)
+            start = end
+        return out
+
+
+def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, timestamp: int):
+    """Yield (topic, partition, batch bytes, record count) for one Arrow batch of a task."""
+    names = rb.schema.names
+    n = rb.num_rows
+    keys = BinaryColumn(_binary(rb.column(names.index("key"))) if "key" in names else None, n)
+    values = BinaryColumn(_binary(rb.column(names.index("value"))), n)
+    headers = rb.column(names.index("headers")).to_pylist() if "headers" in names else None
+    for topic, partition, idx in router.route(rb, keys, values):
+        rows = None if headers is None else [headers[i] for i in idx.tolist()]
+        for data, count in encode_batches(keys.take(idx), values.take(idx), timestamp,
+                                          compression, rows):
+            yield topic, partition, data, count
+
+
+class TaskProducer:
+    """One write task's producer: Produce requests to each partition's leader, one batch each."""
+
+    def __init__(self, bootstrap_servers: str, timeout_ms: int, client_id: str):
+        from ..remote_broker import RemoteBroker
+        self.timeout_ms = timeout_ms
+        self.client = RemoteBroker(bootstrap_servers, client_id=client_id,
+                                   timeout_s=timeout_ms / 1000)
+        self.sent: dict[tuple[str, int], int] = {}       # records acknowledged per partition
+
+    def partition_counts(self) -> dict[str, int]:
+        return self.client.topic_partition_counts()
+
+    def send(self, topic: str, partition: int, batch: bytes, count: int) -> None:
+        self.client.produce(topic, partition, batch, acks=-1, timeout_ms=self.timeout_ms)
+        self.sent[(topic, partition)] = self.sent.get((topic, partition), 0) + count
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def produce_task(batches, topic: str | None, producer: TaskProducer, compression: Compression,
+                 describe: str) -> int:
+    """Produce every row of a task's Arrow batches; returns the number of rows."""
+    router = None
+    rows = 0
+    now = int(time.time() * 1000)
+    for rb in batches:
+        if router is None:
+            router = Router(topic, producer.partition_counts(), describe)
+        for t, p, data, count in encoded_runs(rb, router, compression, now):
+            producer.send(t, p, data, count)
+        rows += rb.num_rows
+    return rows

@@ -27,6 +27,7 @@ from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
 from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
+from .metadata_image import import_kraft_metadata, read_properties
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
@@ -86,6 +87,17 @@ def _check_partition_limit(count: int) -> None:
                                      f"per topic, not {count}")
 
 
+def _broker_id_from(log_dir: str) -> int:
+    """The node id a log dir was written by (`meta.properties`), 0 when it has none."""
+    path = os.path.join(log_dir, "meta.properties")
+    if os.path.exists(path):
+        props = read_properties(path)
+        value = props.get("node.id", props.get("broker.id", "0"))
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
 def normalize_acks(acks) -> int:
     """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise); like
     Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
@@ -98,29 +110,46 @@ def normalize_acks(acks) -> int:
 
 
 class Broker:
-    def __init__(self, log_dir: str, *, broker_id: int = 0, config: BrokerConfig | dict | None = None,
+    def __init__(self, log_dir: str, *, broker_id: int | None = None,
+                 config: BrokerConfig | dict | None = None,
                  topic_defaults: LogConfig | dict | None = None, clock: Clock | None = None,
                  host: str = "127.0.0.1", port: int = 9092, events: EventBus | None = None,
                  metadata: MetadataStore | None = None, transport=None,
-                 truncation_mode: str = "leader_epoch"):
+                 truncation_mode: str = "leader_epoch", read_only: bool = False):
         """A broker on `log_dir`. Alone (the default) it is its own controller and keeps the
         metadata in its log dir; in a cluster, the cluster passes the shared `metadata`, a
-        `transport` to reach the other brokers, and sets `controller` itself."""
-        self.broker_id = broker_id
+        `transport` to reach the other brokers, and sets `controller` itself.
+
+        `broker_id` defaults to the id in the directory's `meta.properties` (`node.id` of a KRaft
+        broker, `broker.id` of kstore), else 0. A directory written by a real KRaft broker is
+        served with its topics, topic ids and cluster id (read from `__cluster_metadata-0`).
+        `read_only` (the offline read-only tools) changes nothing in the directory: metadata is
+        kept in memory, no file is created, written, trimmed or removed."""
+        self.read_only = read_only
+        if read_only and not os.path.isdir(log_dir):
+            raise LogError(f"log directory {log_dir} does not exist")
+        self.broker_id = _broker_id_from(log_dir) if broker_id is None else broker_id
+        broker_id = self.broker_id
         self.clock = clock or SYSTEM
         self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
         self.events = events or EventBus()
-        os.makedirs(log_dir, exist_ok=True)
+        if not read_only:
+            os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
         self._lock_fd = self._lock_dir()
         standalone = metadata is None
-        self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
+        self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE),
+                                                  persist=not read_only)
+        if standalone:
+            import_kraft_metadata(self.metadata, self.log_dir)
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
-        self._write_meta_properties()
+        if not read_only:
+            self._write_meta_properties()
         self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
                                broker_config=self.config, single_replica=False,
                                topic_configs={t: self.metadata.topic_config(t)
-                                              for t in self.metadata.topics()})
+                                              for t in self.metadata.topics()},
+                               read_only=read_only)
         self.logs.load_logs()
         self._lock = threading.RLock()
         self._coordinator = None
@@ -139,10 +168,17 @@ class Broker:
 
     def _lock_dir(self) -> int:
         """Kafka locks each log dir (`.lock`) so two brokers never share one; so does kstore, and
-        its offline CLI tools take the same lock. A killed process releases it."""
-        fd = os.open(os.path.join(self.log_dir, self.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        its offline CLI tools take the same lock. A killed process releases it. Read-only tools
+        take it shared, on the existing file (or the directory itself), creating nothing."""
+        path = os.path.join(self.log_dir, self.LOCK_FILE)
+        if self.read_only:
+            fd = os.open(path if os.path.exists(path) else self.log_dir, os.O_RDONLY)
+            mode = fcntl.LOCK_SH
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            mode = fcntl.LOCK_EX
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise LogError(f"log directory {self.log_dir} is in use by another broker or tool "
@@ -403,9 +439,10 @@ class Broker:
     def shutdown(self) -> None:
         if self._lock_fd < 0:
             return
-        if self._coordinator is not None:
+        if self._coordinator is not None and not self.read_only:
             self._coordinator.shutdown()
-        self.replica_manager.checkpoint_high_watermarks()
+        if not self.read_only:
+            self.replica_manager.checkpoint_high_watermarks()
         self.replica_manager.shutdown()
         self.logs.shutdown()
         self._release()

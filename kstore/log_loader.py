@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .clock import Clock
 from .config import LogConfig
-from .errors import CorruptRecordError, InvalidOffsetError, LogSegmentOffsetOverflowError
+from .errors import CorruptRecordError, InvalidOffsetError, LogError, LogSegmentOffsetOverflowError
 from .file_records import FileRecords
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES,
                       SWAP_SUFFIX, LogSegment, offset_from_file_name, segment_paths)
@@ -130,10 +130,12 @@ def remove_temp_files_and_complete_swaps(directory: str, report: RecoveryReport)
 
 
 def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
-                  report: RecoveryReport) -> dict[int, LogSegment]:
+                  report: RecoveryReport, read_only: bool = False) -> dict[int, LogSegment]:
     segments: dict[int, LogSegment] = {}
     names = sorted(os.listdir(directory))
     logs = {offset_from_file_name(n) for n in names if _is_segment_file(n) and n.endswith(LOG_SUFFIX)}
+    if read_only:
+        return {base: _open_read_only(directory, base, config, clock) for base in sorted(logs)}
     for name in names:  # index files whose .log is gone are orphans
         if (_is_segment_file(name) and any(name.endswith(s) for s in SEGMENT_SUFFIXES[1:])
                 and offset_from_file_name(name) not in logs):
@@ -156,6 +158,24 @@ def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
                 report.truncated_bytes += truncated
         segments[base] = seg
     return segments
+
+
+def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) -> LogSegment:
+    """A segment for an offline read-only tool: nothing may be rebuilt, so a missing or damaged
+    index is an error naming the file instead of a repair."""
+    paths = segment_paths(directory, base)
+    for ext in (INDEX_SUFFIX, ".timeindex"):
+        if not os.path.exists(paths[ext]):
+            raise LogError(f"{paths[ext]} is missing; offline read-only tools never rebuild "
+                           f"files (start a broker on the directory once to rebuild it)")
+    seg = LogSegment.open(directory, base, config, clock, file_already_exists=True, read_only=True)
+    try:
+        seg.sanity_check()
+    except Exception as e:  # CorruptIndexError and friends
+        seg.close_handlers()
+        raise LogError(f"{paths[INDEX_SUFFIX]}: {e}; offline read-only tools never rebuild "
+                       f"files (start a broker on the directory once to rebuild it)") from None
+    return seg
 
 
 def recover_log(directory: str, segments: dict[int, LogSegment], recovery_point: int,
@@ -185,8 +205,13 @@ def recover_log(directory: str, segments: dict[int, LogSegment], recovery_point:
 
 def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
          recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
-         had_clean_shutdown: bool) -> LoadedLog:
+         had_clean_shutdown: bool, read_only: bool = False) -> LoadedLog:
+    """`read_only` (offline tools): load what is there without changing any file — no temp-file
+    cleanup, no recovery, no index resizing, no new segment."""
     report = RecoveryReport(had_clean_shutdown)
+    if read_only:
+        return _load_read_only(directory, config, clock, epoch_cache, report,
+                               log_start_offset_checkpoint)
     remove_temp_files_and_complete_swaps(directory, report)
     segments = load_segments(directory, config, clock, epoch_cache, report)
     if not had_clean_shutdown and segments:
@@ -212,3 +237,16 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
         epoch_cache.truncate_from_end(next_offset)
         epoch_cache.truncate_from_start(log_start_offset)
     return LoadedLog(segments, log_start_offset, recovery_point, next_offset, report)
+
+
+def _load_read_only(directory: str, config: LogConfig, clock: Clock, epoch_cache,
+                    report: RecoveryReport, log_start_offset_checkpoint: int) -> LoadedLog:
+    segments = load_segments(directory, config, clock, epoch_cache, report, read_only=True)
+    if not segments:
+        raise LogError(f"{directory} holds no segment (.log) file")
+    next_offset = segments[max(segments)].read_next_offset()
+    log_start_offset = max(log_start_offset_checkpoint, min(segments))
+    if epoch_cache is not None:
+        epoch_cache.truncate_from_end(next_offset)     # in memory only: its file is not written
+        epoch_cache.truncate_from_start(log_start_offset)
+    return LoadedLog(segments, log_start_offset, next_offset, next_offset, report)

@@ -39,10 +39,12 @@ def _decode_separator(s: str) -> str:
     return s.encode("utf-8").decode("unicode_escape")   # "\t" on the command line means a tab
 
 
-def _open(args) -> Broker | RemoteBroker:
+def _open(args, read_only: bool = False) -> Broker | RemoteBroker:
+    """A running broker, or the log dir opened offline. `read_only` tools (listing, describing,
+    reading) change nothing in the directory, and refuse one that does not exist."""
     if args.bootstrap_server:
         return RemoteBroker(args.bootstrap_server)
-    return Broker(args.log_dir)
+    return Broker(args.log_dir, read_only=read_only)
 
 
 # ------------------------------------------------------------------------------ kstore topics
@@ -50,7 +52,7 @@ def topics(args, out: TextIO) -> int:
     actions = [a for a in ("create", "list", "describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise KStoreError("give exactly one of --create, --list, --describe, --alter")
-    with _open(args) as broker:
+    with _open(args, read_only=args.list or args.describe) as broker:
         if args.list:
             for name in sorted(broker.topics(include_internal=True)):
                 out.write(name + "\n")
@@ -125,7 +127,7 @@ def consume(args, out: TextIO) -> int:
     line_separator = _decode_separator(props.get("line.separator", "\n"))
     if args.offset is not None and args.partition is None:
         raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
-    with _open(args) as broker:
+    with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
         consumer = Consumer(broker, group_id=args.group,
@@ -194,7 +196,7 @@ def get_offsets(args, out: TextIO) -> int:
         except ValueError:
             raise KStoreError(f"--time takes earliest, latest, max-timestamp or a timestamp in ms, "
                               f"not {args.time!r}") from None
-    with _open(args) as broker:
+    with _open(args, read_only=True) as broker:
         names = [args.topic] if args.topic else sorted(broker.topics())
         for name in names:
             n = broker.partition_count(name)
@@ -207,15 +209,18 @@ def get_offsets(args, out: TextIO) -> int:
 
 # ------------------------------------------------------------------------------ consumer-groups
 def consumer_groups(args, out: TextIO) -> int:
-    with _open(args) as broker:
-        coordinator = broker.group_coordinator
+    with _open(args, read_only=True) as broker:
+        # Offline, a directory without __consumer_offsets has no groups (and gets none created).
+        no_offsets_topic = (not isinstance(broker, RemoteBroker)
+                            and "__consumer_offsets" not in broker.topics(include_internal=True))
+        coordinator = None if no_offsets_topic else broker.group_coordinator
         if args.list:
-            for g in coordinator.groups():
+            for g in coordinator.groups() if coordinator else []:
                 out.write(g + "\n")
             return 0
         if not args.describe or not args.group:
             raise KStoreError("give --list, or --describe --group GROUP")
-        offsets = coordinator.fetch_offsets(args.group)
+        offsets = coordinator.fetch_offsets(args.group) if coordinator else {}
         if not offsets:
             out.write(f"Consumer group '{args.group}' has no committed offsets.\n")
             return 0

@@ -35,6 +35,13 @@ def _properties(items: list[str] | None) -> dict[str, str]:
     return props
 
 
+def _bool_property(props: dict[str, str], name: str, default: bool) -> bool:
+    value = props.get(name, str(default)).strip().lower()
+    if value not in ("true", "false"):
+        raise KStoreError(f"{name} must be true or false, not {props[name]!r}")
+    return value == "true"
+
+
 def _decode_separator(s: str) -> str:
     return s.encode("utf-8").decode("unicode_escape")   # "\t" on the command line means a tab
 
@@ -130,9 +137,11 @@ def consume(args, out: TextIO) -> int:
     with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
+        consumer_props = _properties(args.consumer_property)
         consumer = Consumer(broker, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
-                            enable_auto_commit=args.group is not None)
+                            enable_auto_commit=args.group is not None,
+                            check_crcs=_bool_property(consumer_props, "check.crcs", True))
         tps = [(args.topic, p) for p in partitions]
         consumer.assign(tps)
         if args.offset is not None:
@@ -284,6 +293,8 @@ def add_parsers(sub) -> None:
     c.add_argument("--property", action="append", metavar="NAME=VALUE",
                    help="print.key=true, print.offset=true, print.partition=true, "
                         "print.timestamp=true, key.separator=...")
+    c.add_argument("--consumer-property", action="append", metavar="NAME=VALUE",
+                   help="consumer config: check.crcs=true|false (default true)")
     c.set_defaults(func=lambda a: consume(a, sys.stdout))
 
     g = with_log_dir(sub.add_parser("get-offsets", help="offsets by time (kafka-get-offsets)"))

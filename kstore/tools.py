@@ -67,7 +67,13 @@ def topics(args, out: TextIO) -> int:
             if not args.topic:
                 raise KStoreError("--create needs --topic")
             configs = _properties(args.config)
-            broker.create_topic(args.topic, args.partitions, args.replication_factor or 1, configs)
+            rf = args.replication_factor
+            if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
+                raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
+                                  f"not {rf}")
+            if args.partitions is not None and args.partitions < 1:
+                raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
+            broker.create_topic(args.topic, args.partitions, 1 if rf is None else rf, configs)
             out.write(f"Created topic {args.topic}.\n")
         elif args.alter:
             if not args.topic or args.partitions is None:
@@ -134,6 +140,13 @@ def consume(args, out: TextIO) -> int:
     line_separator = _decode_separator(props.get("line.separator", "\n"))
     if args.offset is not None and args.partition is None:
         raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
+    if args.offset is not None and args.offset not in ("earliest", "latest") and (
+            not args.offset.lstrip("-").isdigit() or int(args.offset) < 0):
+        raise KStoreError(f"the offset value {args.offset!r} is incorrect: give 'earliest', "
+                          f"'latest' or a non-negative offset")
+    if args.timestamp is not None and args.timestamp < 0:
+        raise KStoreError(f"--timestamp takes a time in ms since the epoch (0 or more), not "
+                          f"{args.timestamp}")
     with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
@@ -203,8 +216,10 @@ def get_offsets(args, out: TextIO) -> int:
         try:
             time = int(args.time)
         except ValueError:
-            raise KStoreError(f"--time takes earliest, latest, max-timestamp or a timestamp in ms, "
-                              f"not {args.time!r}") from None
+            time = None
+        if time is None or time < -3:   # −1, −2, −3 are Kafka's spellings of the three names
+            raise KStoreError(f"malformed --time {args.time!r}: give -1 or latest, -2 or earliest, "
+                              f"-3 or max-timestamp, or a timestamp in ms (0 or more)")
     with _open(args, read_only=True) as broker:
         names = [args.topic] if args.topic else sorted(broker.topics())
         for name in names:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
 from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
-                     TopicExistsError, UnknownTopicOrPartitionError)
+                     PolicyViolationError, TopicExistsError, UnknownTopicOrPartitionError)
 from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
@@ -223,6 +223,8 @@ class Broker:
         with self._lock:
             if self.metadata.topic(name) is not None:
                 raise TopicExistsError(f"topic '{name}' already exists")
+            if name not in INTERNAL_TOPICS:   # the broker's own topics are always allowed
+                self._check_hosted_partitions(num_partitions)
             collisions = [t for t in self.metadata.topics()
                           if t.replace(".", "_") == name.replace(".", "_")]
             if collisions:
@@ -245,6 +247,24 @@ class Broker:
                 self._announce_partition(name, p)
             self.events.emit("topic_created", self.log_dir, topic=name, partitions=num_partitions)
             return self.describe_topic(name)
+
+    def hosted_partition_count(self) -> int:
+        """Partitions with a replica on this broker (each costs open files and an entry in
+        every checkpoint)."""
+        return sum(1 for t in self.metadata.topics()
+                   for replicas in (self.metadata.topic(t) or {}).get("partitions", {}).values()
+                   if self.broker_id in replicas)
+
+    def _check_hosted_partitions(self, adding: int) -> None:
+        """kstore's own bound (max.broker.partitions): refuse before anything is written, so a
+        request for thousands of partitions cannot exhaust the broker's file descriptors."""
+        limit = self.config["max.broker.partitions"]
+        hosted = self.hosted_partition_count()
+        if hosted + adding > limit:
+            raise PolicyViolationError(
+                f"this broker would host {hosted + adding} partitions ({hosted} now + {adding} "
+                f"requested), above max.broker.partitions={limit} (kstore's own limit: each "
+                f"partition holds open files)")
 
     def _assign_replicas(self, partition: int, replication_factor: int, brokers: list[int]) -> list[int]:
         brokers = sorted(brokers)
@@ -285,6 +305,7 @@ class Broker:
                     f"topic currently has {current} partitions, {new_total} would not be an "
                     f"increase (the partition count can grow but never shrink)")
             _check_partition_limit(new_total)
+            self._check_hosted_partitions(new_total - current)
             if validate_only:
                 return None
             brokers = [int(b) for b in self.metadata.children("/brokers/ids")]

@@ -150,6 +150,8 @@ def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
                 seg.sanity_check()
             except Exception as e:  # CorruptIndexError and friends
                 reason = f"corrupt index: {e}"
+            else:
+                _unmap_indexes(seg)
         if reason is not None:
             truncated = seg.recover(epoch_cache)
             report.rebuilt_indexes.append((base, reason))
@@ -158,6 +160,13 @@ def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
                 report.truncated_bytes += truncated
         segments[base] = seg
     return segments
+
+
+def _unmap_indexes(seg: LogSegment) -> None:
+    """Checked at load, then unmapped: an index is mapped again when the segment is used, so a
+    broker holds descriptors for the partitions in use, not for every partition on disk."""
+    seg.offset_index.close_handler()
+    seg.time_index.close_handler()
 
 
 def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) -> LogSegment:
@@ -171,6 +180,7 @@ def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) 
     seg = LogSegment.open(directory, base, config, clock, file_already_exists=True, read_only=True)
     try:
         seg.sanity_check()
+        _unmap_indexes(seg)
     except Exception as e:  # CorruptIndexError and friends
         seg.close_handlers()
         raise LogError(f"{paths[INDEX_SUFFIX]}: {e}; offline read-only tools never rebuild "

@@ -23,7 +23,7 @@ from .config import LogConfig
 from .errors import (CorruptIndexError, CorruptRecordError, InvalidRecordError,
                      LogSegmentOffsetOverflowError)
 from .file_records import FileRecords, FileSlice, LogOffsetPosition
-from .index import INT32_MAX, OffsetIndex, TimeIndex, TimestampOffset
+from .index import INT32_MAX, LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 from .records import CURRENT_MAGIC, RecordBatch
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index", ".timeindex", ".txnindex"
@@ -123,8 +123,9 @@ class LogSegment:
                           file_already_exists=file_already_exists, read_only=read_only)
         max_index = config.segment_index_bytes
         writable = not read_only
-        segment = cls(log, OffsetIndex(paths[INDEX_SUFFIX], base_offset, max_index, writable),
-                      TimeIndex(paths[TIME_INDEX_SUFFIX], base_offset, max_index, writable),
+        # Indexes are mapped on first use (Kafka's LazyIndex): descriptors follow use, not disk.
+        segment = cls(log, LazyIndex(OffsetIndex, paths[INDEX_SUFFIX], base_offset, max_index, writable),
+                      LazyIndex(TimeIndex, paths[TIME_INDEX_SUFFIX], base_offset, max_index, writable),
                       base_offset, config.index_interval_bytes, roll_jitter_ms, clock)
         segment.read_only = read_only
         return segment

@@ -345,6 +345,8 @@ def _serve(args) -> int:
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
     if args.cluster_dir:
         from .cluster_node import ClusterNode
+        from .server import raise_open_file_limit
+        raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
                            broker_config=_properties(args.override), zero_copy=not args.copy_fetch)
         print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "

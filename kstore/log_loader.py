@@ -169,6 +169,14 @@ def _unmap_indexes(seg: LogSegment) -> None:
     seg.time_index.close_handler()
 
 
+def _unmap_if_trimmed(seg: LogSegment) -> None:
+    """Unmap the indexes whose file holds exactly their entries (reopening counts them right);
+    a preallocated one — just rebuilt by recovery — stays mapped."""
+    for index in (seg.offset_index, seg.time_index):
+        if getattr(index, "is_loaded", False) and index.length == index.size_in_bytes:
+            index.close_handler()
+
+
 def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) -> LogSegment:
     """A segment for an offline read-only tool: nothing may be rebuilt, so a missing or damaged
     index is an error naming the file instead of a repair."""
@@ -239,6 +247,7 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
                                          preallocate=config.preallocate)
         next_offset = base
     active = segments[max(segments)]
+    _unmap_if_trimmed(active)   # finding the next offset mapped it; it is mapped again on use
     active.offset_index.resize(config.segment_index_bytes)
     active.time_index.resize(config.segment_index_bytes)
     recovery_point = next_offset if had_clean_shutdown else min(recovery_point_checkpoint, next_offset)

@@ -252,3 +252,21 @@ def test_oversized_and_garbage_frames_from_many_connections_at_once(log_dir, ser
     assert len(outcomes) == 8 * 20 * SCALE and all(outcomes)
     assert_healthy(server, log_dir, hashes, baseline + 20)
     restart_and_check(server, log_dir, hashes)
+
+
+# ------------------------------------------------------------------------------ the bookkeeping
+def test_connection_quotas_count_per_address_with_overrides():
+    from kstore.connection_quotas import ConnectionQuotas, TooManyConnectionsError, parse_overrides
+    from kstore.errors import ConfigError
+    assert parse_overrides("10.0.0.1:5, ::1:7") == {"10.0.0.1": 5, "::1": 7}
+    with pytest.raises(ConfigError, match="max.connections.per.ip.overrides"):
+        parse_overrides("10.0.0.1")
+    quotas = ConnectionQuotas(3, 1, {"10.0.0.9": 2})
+    quotas.inc("10.0.0.1")
+    with pytest.raises(TooManyConnectionsError, match="maximum of 1 connections"):
+        quotas.inc("10.0.0.1")
+    quotas.inc("10.0.0.9")
+    quotas.inc("10.0.0.9")
+    assert quotas.at_max_connections()
+    quotas.dec("10.0.0.9")
+    assert not quotas.at_max_connections() and quotas.per_ip == {"10.0.0.1": 1, "10.0.0.9": 1}

@@ -45,6 +45,7 @@ E = P.ERRORS
 log = logging.getLogger("kstore.server")
 # accept() errors that mean "out of descriptors or memory now", not "this client failed"
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_WARNING_INTERVAL_S = 60.0   # while descriptors stay short, say so at most this often
 
 
 @dataclass
@@ -76,6 +77,8 @@ class KafkaServer(AdminApis):
         self.idle_timeout_s = (config["connections.max.idle.ms"] / 1000 if idle_timeout_s is None
                                else idle_timeout_s)
         self.quotas = ConnectionQuotas.from_config(config)
+        self._accept_warned_at = -ACCEPT_WARNING_INTERVAL_S
+        self._accept_recovery_pending = False
         self.stats = ServerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: socket.socket | None = None
@@ -172,16 +175,19 @@ class KafkaServer(AdminApis):
                         continue                       # that client gave up; not our problem
                     raise
                 self.stats.accept_errors += 1
-                if backoff == 0.0:
+                now = time.monotonic()
+                if now - self._accept_warned_at >= ACCEPT_WARNING_INTERVAL_S:   # once, not per try
                     log.warning("accept failed (%s); not accepting new connections until "
                                 "descriptors are free, open connections are still served",
                                 os.strerror(e.errno))
+                    self._accept_warned_at, self._accept_recovery_pending = now, True
                 backoff = min(max(backoff * 2, 0.05), 1.0)
                 await asyncio.sleep(backoff)
                 continue
-            if backoff:
+            backoff = 0.0
+            if self._accept_recovery_pending:
                 log.warning("accepting connections again")
-                backoff = 0.0
+                self._accept_recovery_pending = False
             ip = address[0] if isinstance(address, tuple) else str(address)
             try:
                 self.quotas.inc(ip)

@@ -8,7 +8,7 @@ confluent-kafka with Kafka's ids. Expected records are those the fixtures' READM
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import subprocess
@@ -22,6 +22,7 @@ from kstore.checkpoint import OffsetCheckpointFile
 from kstore.errors import LogError
 from kstore.metadata_image import (MetadataRecordError, decode_metadata_record,
                                    load_metadata_image)
+from test_broker_clients import snapshot as tree_contents
 from test_clients import ck_consume, kp_consume, serve_processes  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,19 +32,6 @@ FIXTURES = {
     "e856b9a": ("fZi4qEpCTsik-rzkyV0Ypg", [b"m1", b"m2", b"m3"]),
     "510714e": ("v9meXjI1RVKB-NSvF0GXDA", [b"Hello World!"]),
 }
-
-
-def tree_hashes(directory: Path) -> dict[str, str | None]:
-    """Every path under `directory` (directories too, so a created one shows) with its hash."""
-    out: dict[str, str | None] = {}
-    for root, dirs, files in os.walk(directory):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), directory) + "/"] = None
-        for f in files:
-            path = os.path.join(root, f)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, directory)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def kstore(*args: str) -> subprocess.CompletedProcess:
@@ -75,11 +63,21 @@ def test_metadata_record_decoding_rejects_leftover_bytes():
         decode_metadata_record(good[:10])
 
 
+def kstore_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The `kstore` command's main() in this process (the same code as the console script)."""
+    from kstore.cli import main
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 @pytest.mark.parametrize("snapshot", sorted(FIXTURES))
-def test_offline_read_only_tools_change_nothing(kafka_logs, snapshot):
+def test_offline_read_only_tools_change_nothing(kafka_logs, snapshot, capsys):
     log_dir = kafka_logs / snapshot
     topic_id, values = FIXTURES[snapshot]
-    before = tree_hashes(log_dir)
+    before = tree_contents(log_dir)
+    kstore = functools.partial(kstore_in_process, capsys)
     runs = {
         "latest": kstore("get-offsets", "--log-dir", str(log_dir)),
         "earliest": kstore("get-offsets", "--log-dir", str(log_dir), "--time", "earliest"),
@@ -92,7 +90,7 @@ def test_offline_read_only_tools_change_nothing(kafka_logs, snapshot):
     }
     for name, run in runs.items():
         assert run.returncode == 0, (name, run.stderr)
-    assert tree_hashes(log_dir) == before            # not one byte, not one new file or dir
+    assert tree_contents(log_dir) == before            # not one byte, not one new file or dir
     assert runs["latest"].stdout == f"foo:0:{len(values)}\n"
     assert runs["earliest"].stdout == "foo:0:0\n"
     assert runs["list"].stdout == "foo\n"

@@ -17,9 +17,23 @@ from kstore.records import Record, build_batch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def kstore(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def kstore_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, input=stdin)
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.fixture
+def kstore(capsys):
+    """The `kstore` command's main() in this process (the same code as the console script; one
+    test below runs the real process)."""
+    from kstore.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+    return run
 
 
 def assert_one_line(run: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -35,7 +49,7 @@ def assert_one_line(run: subprocess.CompletedProcess, *fragments: str) -> None:
     ["consumer-groups", "--list"], ["consumer-groups", "--describe", "--group", "g"],
     ["consume", "--topic", "t"],
 ])
-def test_read_only_tools_refuse_a_missing_log_dir_and_create_nothing(tmp_path, tool):
+def test_read_only_tools_refuse_a_missing_log_dir_and_create_nothing(tmp_path, tool, kstore):
     missing = tmp_path / "nonexistent" / "dir"
     run = kstore(*tool, "--log-dir", str(missing))
     assert_one_line(run, f"log directory {missing} does not exist")
@@ -65,19 +79,20 @@ def log_dir(tmp_path_factory) -> Path:
      ["replication factor must be between 1 and 32767"]),
     (["topics", "--create", "--topic", "u", "--partitions", "0"], ["partitions must be greater than 0"]),
 ])
-def test_bad_numbers_get_one_line(log_dir, args, fragments):
+def test_bad_numbers_get_one_line(log_dir, args, fragments, kstore):
     run = kstore(*args, "--log-dir", str(log_dir))
     assert_one_line(run, *fragments)
     assert kstore("topics", "--list", "--log-dir", str(log_dir)).stdout == "t\n"   # no topic u
 
 
-def test_the_kafka_spellings_of_times_still_work(log_dir):
+def test_the_kafka_spellings_of_times_still_work(log_dir, kstore):
     for time, expected in (("-1", "t:0:1"), ("-2", "t:0:0"), ("-3", "t:0:0"), ("0", "t:0:0")):
         run = kstore("get-offsets", "--time", time, "--log-dir", str(log_dir))
         assert run.returncode == 0 and run.stdout.strip() == expected, (time, run.stderr)
 
 
 def test_dump_log_prints_kraft_snapshots_as_kafka_does(tmp_path):
+    kstore = kstore_process
     bootstrap = KAFKA_LOGS / "e856b9a" / "bootstrap.checkpoint"
     run = kstore("dump-log", "--deep-iteration", str(bootstrap))
     assert run.returncode == 0, run.stderr
@@ -96,9 +111,17 @@ def test_dump_log_prints_kraft_snapshots_as_kafka_does(tmp_path):
 
 
 def test_dump_log_header_keys_as_kafka_prints_them(tmp_path):
+    kstore = kstore_process
     segment = tmp_path / "00000000000000000000.log"
     segment.write_bytes(build_batch([Record(b"k", b"v", 1_700_000_000_000,
                                             headers=(("a", b"1"), ("b", None), ("c", b"")))]))
     run = kstore("dump-log", "--deep-iteration", str(segment))
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1].endswith("headerKeys: [a,b,c]")
+
+
+def test_the_real_command_prints_one_line_and_creates_nothing(tmp_path):
+    missing = tmp_path / "nonexistent" / "dir"
+    run = kstore_process("get-offsets", "--log-dir", str(missing))
+    assert_one_line(run, f"kstore get-offsets: LogError: log directory {missing} does not exist")
+    assert not (tmp_path / "nonexistent").exists()

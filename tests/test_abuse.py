@@ -130,20 +130,21 @@ def test_huge_create_topics_is_refused_and_many_partitions_stay_cheap(log_dir, s
     from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
     from kafka.errors import PolicyViolationError
     hashes = data_hashes(log_dir)
-    server = serve_processes(log_dir, "max.broker.partitions=2000")
+    many = 500 * SCALE
+    limit = max(2000, 2 * many)
+    server = serve_processes(log_dir, f"max.broker.partitions={limit}")
     baseline = open_fds(server.proc.pid)
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=60000)
     try:
         started = time.monotonic()
         with pytest.raises(PolicyViolationError) as e:
             admin.create_topics([NewTopic("huge", 10_000, 1)])
-        assert "max.broker.partitions=2000" in str(e.value)
+        assert f"max.broker.partitions={limit}" in str(e.value)
         assert time.monotonic() - started < 10          # refused up front, nothing written
         assert not any(p.name.startswith("huge-") for p in log_dir.iterdir())
-        many = 500 * SCALE
         admin.create_topics([NewTopic("many", many, 1)])
         with pytest.raises(PolicyViolationError):
-            admin.create_partitions({"many": NewPartitions(2001)})
+            admin.create_partitions({"many": NewPartitions(limit + 1)})
     finally:
         admin.close()
     # Lazy indexes: an idle partition costs its .log descriptor only, not three.
@@ -160,7 +161,8 @@ def test_thousands_of_idle_connections_opened_and_closed(log_dir, serve_processe
     hashes = data_hashes(log_dir)
     server = serve_processes(log_dir)
     baseline = open_fds(server.proc.pid)
-    count = 3000 * SCALE
+    # several thousand; a longer run is capped below both processes' descriptor limits
+    count = min(3000 * SCALE, resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 2000)
     socks = [connect(server.port) for _ in range(count)]
     assert wait_for(lambda: open_fds(server.proc.pid) >= baseline + count, 30,
                     lambda: open_fds(server.proc.pid)) >= baseline + count

@@ -159,3 +159,29 @@ def test_a_checkpoint_keeps_entries_of_partitions_still_on_disk(kafka_logs):
         assert broker.topics() == []
     hws = OffsetCheckpointFile(str(log_dir / "replication-offset-checkpoint")).read()
     assert hws == {("foo", 0): 3}
+
+
+def test_read_only_tools_on_a_dir_with_committed_offsets_change_nothing(tmp_path, capsys):
+    from kstore.consumer import Consumer
+    from kstore.producer import Producer
+    log_dir = tmp_path / "logs"
+    with Broker(str(log_dir)) as broker:
+        broker.create_topic("t", 2)
+        producer = Producer(broker)
+        for i in range(10):
+            producer.send("t", f"v{i}", partition=i % 2)
+        producer.close()
+        consumer = Consumer(broker, group_id="g", auto_offset_reset="earliest")
+        consumer.assign([("t", 0), ("t", 1)])
+        consumer.poll()
+        consumer.commit()
+        consumer.close()
+    before = tree_contents(log_dir)
+    groups = kstore_in_process(capsys, "consumer-groups", "--log-dir", str(log_dir), "--list")
+    described = kstore_in_process(capsys, "consumer-groups", "--log-dir", str(log_dir),
+                                  "--describe", "--group", "g")
+    consumed = kstore_in_process(capsys, "consume", "--log-dir", str(log_dir), "--topic", "t",
+                                 "--from-beginning")
+    assert tree_contents(log_dir) == before
+    assert groups.stdout == "g\n" and " 5 " in described.stdout
+    assert sorted(consumed.stdout.split()) == sorted(f"v{i}" for i in range(10))

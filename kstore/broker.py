@@ -288,7 +288,7 @@ class Broker:
     def _create_partition(self, topic: str, partition: int, topic_id: str) -> Log:
         log = self.logs.get_or_create_log(topic, partition)
         path = os.path.join(log.dir, PARTITION_METADATA)
-        if not os.path.exists(path):   # written before any data (PartitionMetadataFile)
+        if not os.path.exists(path) and not self.read_only:   # before any data (PartitionMetadataFile)
             from .checkpoint import atomic_write
             atomic_write(path, f"version: 0\ntopic_id: {topic_id}")
         return log

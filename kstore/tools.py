@@ -3,7 +3,8 @@ kafka-console-consumer, kafka-get-offsets and kafka-consumer-groups.
 
 They work offline on a log directory (`--log-dir DIR`): each opens the directory as a broker
 would (taking its `.lock`, so they refuse a directory a running broker holds) and shuts down
-cleanly. Or they talk to a running broker (`--bootstrap-server HOST:PORT`, `kstore serve`) over
+cleanly. The tools that only read (get-offsets, topics --list/--describe, consumer-groups, consume
+without --group) open it read-only: they change no file in it, and refuse a missing directory. Or they talk to a running broker (`--bootstrap-server HOST:PORT`, `kstore serve`) over
 Kafka's protocol through `RemoteBroker`, which has the same methods as `Broker`: each tool below
 is one piece of code for both. Output formats follow Kafka's tools so the two can be compared.
 

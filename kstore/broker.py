@@ -27,11 +27,10 @@ from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
 from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
-from .metadata_image import import_kraft_metadata, read_properties
+from .metadata_image import PARTITION_METADATA, import_kraft_metadata, read_properties
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
-PARTITION_METADATA = "partition.metadata"
 INTERNAL_TOPICS = ("__consumer_offsets",)
 
 

@@ -412,10 +412,26 @@ class LazyIndex:
             self._index = index
         return self._index
 
+    _OWN = frozenset({"_class", "path", "base_offset", "max_index_size", "writable", "_index",
+                      "_pending_size", "_fresh"})
+
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("_index", "_class"):
+        if name.startswith("__") or name in self._OWN:
             raise AttributeError(name)
         return getattr(self.get(), name)
+
+    # Setting or deleting any other attribute acts on the index itself (a transparent proxy).
+    def __setattr__(self, name: str, value) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.get(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._OWN:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.get(), name)
 
     # ---- what needs no mapping
     def resize(self, new_size: int) -> bool:

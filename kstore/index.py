@@ -420,15 +420,16 @@ class LazyIndex:
             raise AttributeError(name)
         return getattr(self.get(), name)
 
-    # Setting or deleting any other attribute acts on the index itself (a transparent proxy).
+    # Setting or deleting an attribute this class does not define acts on the index itself (a
+    # transparent proxy); its own attributes and methods are set on the wrapper.
     def __setattr__(self, name: str, value) -> None:
-        if name in self._OWN:
+        if name in self._OWN or hasattr(type(self), name):
             object.__setattr__(self, name, value)
         else:
             setattr(self.get(), name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name in self._OWN:
+        if name in self._OWN or name in self.__dict__:
             object.__delattr__(self, name)
         else:
             delattr(self.get(), name)

@@ -197,8 +197,13 @@ class KafkaServer(AdminApis):
                     log.info("%s (%d rejected so far)", e, self.stats.connections_rejected)
                 conn.close()
                 continue
-            conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:   # reset before we could set it up: drop it, keep accepting
+                conn.close()
+                self.quotas.dec(ip)
+                continue
             self.stats.connections_opened += 1
             task = asyncio.create_task(self._connection(conn, ip))
             self._tasks.add(task)

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
 from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
-                     TopicExistsError, UnknownTopicOrPartitionError)
+                     PolicyViolationError, TopicExistsError, UnknownTopicOrPartitionError)
 from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
 from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
+from .metadata_image import PARTITION_METADATA, import_kraft_metadata, read_properties
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
-PARTITION_METADATA = "partition.metadata"
 INTERNAL_TOPICS = ("__consumer_offsets",)
 
 
@@ -86,6 +86,17 @@ def _check_partition_limit(count: int) -> None:
                                      f"per topic, not {count}")
 
 
+def _broker_id_from(log_dir: str) -> int:
+    """The node id a log dir was written by (`meta.properties`), 0 when it has none."""
+    path = os.path.join(log_dir, "meta.properties")
+    if os.path.exists(path):
+        props = read_properties(path)
+        value = props.get("node.id", props.get("broker.id", "0"))
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
 def normalize_acks(acks) -> int:
     """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise); like
     Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
@@ -98,29 +109,46 @@ def normalize_acks(acks) -> int:
 
 
 class Broker:
-    def __init__(self, log_dir: str, *, broker_id: int = 0, config: BrokerConfig | dict | None = None,
+    def __init__(self, log_dir: str, *, broker_id: int | None = None,
+                 config: BrokerConfig | dict | None = None,
                  topic_defaults: LogConfig | dict | None = None, clock: Clock | None = None,
                  host: str = "127.0.0.1", port: int = 9092, events: EventBus | None = None,
                  metadata: MetadataStore | None = None, transport=None,
-                 truncation_mode: str = "leader_epoch"):
+                 truncation_mode: str = "leader_epoch", read_only: bool = False):
         """A broker on `log_dir`. Alone (the default) it is its own controller and keeps the
         metadata in its log dir; in a cluster, the cluster passes the shared `metadata`, a
-        `transport` to reach the other brokers, and sets `controller` itself."""
-        self.broker_id = broker_id
+        `transport` to reach the other brokers, and sets `controller` itself.
+
+        `broker_id` defaults to the id in the directory's `meta.properties` (`node.id` of a KRaft
+        broker, `broker.id` of kstore), else 0. A directory written by a real KRaft broker is
+        served with its topics, topic ids and cluster id (read from `__cluster_metadata-0`).
+        `read_only` (the offline read-only tools) changes nothing in the directory: metadata is
+        kept in memory, no file is created, written, trimmed or removed."""
+        self.read_only = read_only
+        if read_only and not os.path.isdir(log_dir):
+            raise LogError(f"log directory {log_dir} does not exist")
+        self.broker_id = _broker_id_from(log_dir) if broker_id is None else broker_id
+        broker_id = self.broker_id
         self.clock = clock or SYSTEM
         self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
         self.events = events or EventBus()
-        os.makedirs(log_dir, exist_ok=True)
+        if not read_only:
+            os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
         self._lock_fd = self._lock_dir()
         standalone = metadata is None
-        self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE))
+        self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE),
+                                                  persist=not read_only)
+        if standalone:
+            import_kraft_metadata(self.metadata, self.log_dir)
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
-        self._write_meta_properties()
+        if not read_only:
+            self._write_meta_properties()
         self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
                                broker_config=self.config, single_replica=False,
                                topic_configs={t: self.metadata.topic_config(t)
-                                              for t in self.metadata.topics()})
+                                              for t in self.metadata.topics()},
+                               read_only=read_only)
         self.logs.load_logs()
         self._lock = threading.RLock()
         self._coordinator = None
@@ -139,10 +167,17 @@ class Broker:
 
     def _lock_dir(self) -> int:
         """Kafka locks each log dir (`.lock`) so two brokers never share one; so does kstore, and
-        its offline CLI tools take the same lock. A killed process releases it."""
-        fd = os.open(os.path.join(self.log_dir, self.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        its offline CLI tools take the same lock. A killed process releases it. Read-only tools
+        take it shared, on the existing file (or the directory itself), creating nothing."""
+        path = os.path.join(self.log_dir, self.LOCK_FILE)
+        if self.read_only:
+            fd = os.open(path if os.path.exists(path) else self.log_dir, os.O_RDONLY)
+            mode = fcntl.LOCK_SH
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            mode = fcntl.LOCK_EX
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise LogError(f"log directory {self.log_dir} is in use by another broker or tool "
@@ -187,6 +222,8 @@ class Broker:
         with self._lock:
             if self.metadata.topic(name) is not None:
                 raise TopicExistsError(f"topic '{name}' already exists")
+            if name not in INTERNAL_TOPICS:   # the broker's own topics are always allowed
+                self._check_hosted_partitions(num_partitions)
             collisions = [t for t in self.metadata.topics()
                           if t.replace(".", "_") == name.replace(".", "_")]
             if collisions:
@@ -210,6 +247,24 @@ class Broker:
             self.events.emit("topic_created", self.log_dir, topic=name, partitions=num_partitions)
             return self.describe_topic(name)
 
+    def hosted_partition_count(self) -> int:
+        """Partitions with a replica on this broker (each costs open files and an entry in
+        every checkpoint)."""
+        return sum(1 for t in self.metadata.topics()
+                   for replicas in (self.metadata.topic(t) or {}).get("partitions", {}).values()
+                   if self.broker_id in replicas)
+
+    def _check_hosted_partitions(self, adding: int) -> None:
+        """kstore's own bound (max.broker.partitions): refuse before anything is written, so a
+        request for thousands of partitions cannot exhaust the broker's file descriptors."""
+        limit = self.config["max.broker.partitions"]
+        hosted = self.hosted_partition_count()
+        if hosted + adding > limit:
+            raise PolicyViolationError(
+                f"this broker would host {hosted + adding} partitions ({hosted} now + {adding} "
+                f"requested), above max.broker.partitions={limit} (kstore's own limit: each "
+                f"partition holds open files)")
+
     def _assign_replicas(self, partition: int, replication_factor: int, brokers: list[int]) -> list[int]:
         brokers = sorted(brokers)
         start = partition % len(brokers)
@@ -232,7 +287,7 @@ class Broker:
     def _create_partition(self, topic: str, partition: int, topic_id: str) -> Log:
         log = self.logs.get_or_create_log(topic, partition)
         path = os.path.join(log.dir, PARTITION_METADATA)
-        if not os.path.exists(path):   # written before any data (PartitionMetadataFile)
+        if not os.path.exists(path) and not self.read_only:   # before any data (PartitionMetadataFile)
             from .checkpoint import atomic_write
             atomic_write(path, f"version: 0\ntopic_id: {topic_id}")
         return log
@@ -249,6 +304,7 @@ class Broker:
                     f"topic currently has {current} partitions, {new_total} would not be an "
                     f"increase (the partition count can grow but never shrink)")
             _check_partition_limit(new_total)
+            self._check_hosted_partitions(new_total - current)
             if validate_only:
                 return None
             brokers = [int(b) for b in self.metadata.children("/brokers/ids")]
@@ -417,9 +473,10 @@ class Broker:
     def shutdown(self) -> None:
         if self._lock_fd < 0:
             return
-        if self._coordinator is not None:
+        if self._coordinator is not None and not self.read_only:
             self._coordinator.shutdown()
-        self.replica_manager.checkpoint_high_watermarks()
+        if not self.read_only:
+            self.replica_manager.checkpoint_high_watermarks()
         self.replica_manager.shutdown()
         self.logs.shutdown()
         self._release()

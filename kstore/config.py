@@ -265,6 +265,22 @@ _BROKER_KEYS = [
               "A partition forgets an idempotent producer idle this long."),
     ConfigKey("producer.id.expiration.check.interval.ms", "int", 600000, at_least(1),
               "How often partitions look for expired producer ids."),
+    # ---- limits of `kstore serve` (Kafka's SocketServer / ConnectionQuotas names and defaults)
+    ConfigKey("max.connections", "int", INT_MAX, at_least(0),
+              "Connections the broker holds at once; at the limit it stops accepting until one "
+              "closes (new ones wait in the listen backlog)."),
+    ConfigKey("max.connections.per.ip", "int", INT_MAX, at_least(0),
+              "Connections one client address may hold; one more is closed at once."),
+    ConfigKey("max.connections.per.ip.overrides", "string", "", None,
+              "Per-address exceptions to max.connections.per.ip: 'host:count,host:count'."),
+    ConfigKey("socket.request.max.bytes", "int", 104857600, at_least(1),
+              "Largest request frame; a bigger size prefix closes the connection."),
+    ConfigKey("connections.max.idle.ms", "long", 600000, at_least(1),
+              "Close a connection idle (or stalled mid-frame) this long."),
+    # kstore's own (the name KIP-578 proposed): each hosted partition costs open files.
+    ConfigKey("max.broker.partitions", "int", 5000, at_least(1),
+              "Partitions this broker will host; CreateTopics/CreatePartitions beyond it fail "
+              "with POLICY_VIOLATION (kstore's own limit, not in Kafka)."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

@@ -9,7 +9,10 @@ Mirrors the shape of Kafka's `KafkaConsumer` with `assign()` (no group rebalanci
 * commits: `commit()` (sync: written before it returns), `commit_async()` (queued, written on the
   next poll, its callback called then), and auto-commit (`enable.auto.commit`, every
   `auto.commit.interval.ms`, of the positions returned by earlier polls — done at the start of
-  `poll()` and on `close()`, as Kafka does).
+  `poll()` and on `close()`, as Kafka does);
+* `check.crcs` (Kafka's name and default, true): every fetched batch's CRC-32C is checked before
+  its records are used, and a batch that fails — or whose records do not decode — raises
+  CorruptRecordError naming topic, partition, offset and (read from a log dir) the file.
 Consequences the course shows: auto-commit or commit-after-processing gives at-least-once (a crash
 between processing and commit re-delivers); committing before processing gives at-most-once.
 """
@@ -20,10 +23,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .clock import Clock
-from .errors import (KStoreError, NoOffsetForPartitionError, OffsetOutOfRangeError,
-                     UnknownTopicOrPartitionError)
+from .errors import (CorruptRecordError, InvalidRecordError, KStoreError,
+                     NoOffsetForPartitionError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .group_coordinator import OffsetAndMetadata
 from .log import Isolation
+from .records import CURRENT_MAGIC, check_batch
 
 TopicPartition = tuple[str, int]
 
@@ -45,7 +49,8 @@ class Consumer:
     def __init__(self, broker, *, group_id: str | None = None, enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5000, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, max_partition_fetch_bytes: int = 1048576,
-                 isolation_level: str = "read_uncommitted", clock: Clock | None = None):
+                 isolation_level: str = "read_uncommitted", clock: Clock | None = None,
+                 check_crcs: bool = True):
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto.offset.reset must be earliest, latest or none, "
                              f"not {auto_offset_reset!r}")
@@ -54,6 +59,7 @@ class Consumer:
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError(f"unknown isolation.level {isolation_level!r}")
         self.broker = broker
+        self.check_crcs = check_crcs
         self.group_id = group_id
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_ms = auto_commit_interval_ms
@@ -157,13 +163,21 @@ class Consumer:
             self._positions[tp] = reset.offset
             return []
         out = []
+        file = getattr(getattr(result.data, "records", None), "file", None)   # read from a log dir
         for batch in result.data.batches():
-            if batch.is_control or not batch.records_count:
+            try:
+                records = self._checked_records(tp, batch, file)
+            except CorruptRecordError:
+                if out:   # as Kafka's fetcher: hand over the good records, raise on the next poll
+                    self._positions[tp] = position
+                    return out
+                raise
+            if records is None:
                 position = max(position, batch.next_offset)
                 continue
             ts_type = batch.timestamp_type.kafka_name
             epoch = batch.partition_leader_epoch if batch.partition_leader_epoch >= 0 else None
-            for r in batch.records():
+            for r in records:
                 if r.offset < position:
                     continue
                 if len(out) >= limit:
@@ -176,6 +190,22 @@ class Consumer:
         # Reads stop at the HW's byte position, so complete batches never carry us past it.
         self._positions[tp] = position
         return out
+
+    def _checked_records(self, tp: TopicPartition, batch, file) -> list | None:
+        """The records of a fetched batch (None for a control or empty batch), after the CRC
+        check (check.crcs) and with a structure error reported like a CRC error."""
+        if self.check_crcs and batch.magic == CURRENT_MAGIC:
+            check_batch(batch.buffer, topic=tp[0], partition=tp[1],
+                        file=file.path if file else None,
+                        file_position=batch.position if file else None)
+        if batch.is_control or not batch.records_count:
+            return None
+        try:
+            return batch.records()
+        except (CorruptRecordError, InvalidRecordError) as e:   # the structure inside
+            where = f" (file {file.path}, position {batch.position})" if file else ""
+            raise CorruptRecordError(f"Record batch for partition {tp[0]}-{tp[1]} at offset "
+                                     f"{batch.base_offset}{where} is invalid, cause: {e}") from None
 
     # ---- committing
     def _current_offsets(self) -> dict[TopicPartition, int]:

@@ -4,8 +4,9 @@
 Lines printed for a `.log` follow Kafka's format exactly, e.g.
     baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 ...
     | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: -1 headerKeys: []
-kstore additions: checkpoint files (`*-checkpoint`, `partition.metadata`, `.kafka_cleanshutdown`)
-are printed too, which Kafka's tool refuses.
+KRaft snapshots (`<offset>-<epoch>.checkpoint`, `bootstrap.checkpoint`) are batches, dumped as Kafka
+does. kstore additions: checkpoint files (`*-checkpoint`, `partition.metadata`,
+`.kafka_cleanshutdown`) are printed too, which Kafka's tool refuses.
 """
 
 from __future__ import annotations
@@ -56,13 +57,16 @@ def format_record(batch: RecordBatch, record, print_data: bool) -> str:
     parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
              f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
              f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
-             f"{record.sequence} headerKeys: [{', '.join(k for k, _ in record.headers)}]"]
+             f"{record.sequence} headerKeys: [{','.join(k for k, _ in record.headers)}]"]
     if batch.is_control:
         kind = _control_type(record.key)
+        kraft = _kraft_control_json(kind, record.value)
         if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and record.value \
                 and len(record.value) >= 6:
             (coordinator_epoch,) = struct.unpack_from(">i", record.value, 2)
             parts.append(f" endTxnMarker: {kind.name} coordinatorEpoch: {coordinator_epoch}")
+        elif kraft is not None:
+            parts.append(kraft)
         else:
             type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
             parts.append(f" controlType: {kind.name}({type_id})")
@@ -72,6 +76,24 @@ def format_record(batch: RecordBatch, record, print_data: bool) -> str:
         if record.value is not None:
             parts.append(f" payload: {_text(record.value)}")
     return "".join(parts)
+
+
+# KRaft's control records in snapshots, printed as Kafka's tool prints them: the record's name
+# and its fields as JSON (SnapshotHeaderRecord, SnapshotFooterRecord, KRaftVersionRecord).
+_KRAFT_CONTROL = {
+    ControlRecordType.SNAPSHOT_HEADER: ("SnapshotHeader", ">hq", ("version", "lastContainedLogTimestamp")),
+    ControlRecordType.SNAPSHOT_FOOTER: ("SnapshotFooter", ">h", ("version",)),
+    ControlRecordType.KRAFT_VERSION: ("KRaftVersion", ">hh", ("version", "kRaftVersion")),
+}
+
+
+def _kraft_control_json(kind: ControlRecordType, value: bytes | None) -> str | None:
+    spec = _KRAFT_CONTROL.get(kind)
+    if spec is None or value is None or len(value) < struct.calcsize(spec[1]):
+        return None
+    name, fmt, fields = spec
+    data = dict(zip(fields, struct.unpack_from(fmt, value, 0)))
+    return f" {name} {json.dumps(data, separators=(',', ':'))}"
 
 
 def _control_type(key: bytes | None) -> ControlRecordType:
@@ -84,8 +106,19 @@ def _control_type(key: bytes | None) -> ControlRecordType:
 
 
 def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool) -> None:
-    out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
-    records = FileRecords(path, file_already_exists=True)
+    """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too."""
+    name = os.path.basename(path)
+    if name.endswith(".log"):
+        out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
+    elif name == "bootstrap.checkpoint":
+        out.write("KRaft bootstrap snapshot\n")
+    else:   # <end offset, 20 digits>-<epoch, 10 digits>.checkpoint
+        end_offset, _, epoch = name[:-len(".checkpoint")].partition("-")
+        if not (end_offset.isdigit() and epoch.isdigit()):
+            raise KStoreError(f"{name} is not a KRaft snapshot name "
+                              f"(<end offset>-<epoch>.checkpoint)")
+        out.write(f"Snapshot end offset: {int(end_offset)}, epoch: {int(epoch)}\n")
+    records = FileRecords(path, file_already_exists=True, read_only=True)
     try:
         valid = 0
         try:
@@ -194,7 +227,7 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         err.write(f"{path}: no such file\n")
         return False
     try:
-        if name.endswith(".log"):
+        if name.endswith((".log", ".checkpoint")):   # .checkpoint: a KRaft snapshot
             dump_log(path, out, err, print_data, deep_iteration)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)

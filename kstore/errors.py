@@ -86,6 +86,12 @@ class InvalidReplicationFactorError(KStoreError, ValueError):
     error_code = 38
 
 
+class PolicyViolationError(KStoreError):
+    """A request the broker's policy refuses (Kafka: PolicyViolationException); kstore uses it
+    for its bound on hosted partitions (max.broker.partitions)."""
+    error_code = 44
+
+
 class InvalidGroupIdError(KStoreError, ValueError):
     error_code = 24
 

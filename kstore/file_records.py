@@ -40,10 +40,12 @@ class FileRecords:
     """An append-only file of batches, with a logical end `size` (may be below the file length
     when preallocated)."""
 
-    def __init__(self, path: str, *, preallocate_size: int = 0, file_already_exists: bool | None = None):
+    def __init__(self, path: str, *, preallocate_size: int = 0, file_already_exists: bool | None = None,
+                 read_only: bool = False):
         self.path = str(path)
+        self.read_only = read_only   # offline tools: opened O_RDONLY, never written or trimmed
         exists = os.path.exists(self.path) if file_already_exists is None else file_already_exists
-        mode = os.O_RDWR | os.O_CREAT
+        mode = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         self._fd = os.open(self.path, mode, 0o644)
         if not exists and preallocate_size > 0:
             os.ftruncate(self._fd, preallocate_size)
@@ -97,7 +99,8 @@ class FileRecords:
 
     def close(self) -> None:
         if self._fd >= 0:
-            self.trim_to_size()
+            if not self.read_only:
+                self.trim_to_size()
             os.close(self._fd)
             self._fd = -1
 

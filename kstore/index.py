@@ -363,3 +363,122 @@ class TimeIndex(AbstractIndex):
             raise CorruptIndexError(
                 f"time index file {self.path} is corrupt, found {self._length} bytes which is "
                 f"neither positive nor a multiple of {self.entry_size}")
+
+
+class LazyIndex:
+    """Kafka's `LazyIndex`: an index opened (memory-mapped) on first use, not when its segment
+    is loaded. A broker with thousands of partitions on disk then holds index mappings — each
+    one an open descriptor in Python, whose mmap keeps a duplicate of the file's — only for the
+    segments that are read or written.
+
+    Until first use it answers from what it knows without opening the file: its path, renames,
+    deletion, closing, and a resize (remembered and applied when the index is opened). A new
+    index file is still created (preallocated) at once, so a segment's three files always exist.
+    Every other attribute opens the index and is forwarded to it."""
+
+    def __init__(self, index_class: type, path: str, base_offset: int,
+                 max_index_size: int = 10 * 1024 * 1024, writable: bool = True):
+        self._class = index_class
+        self.path = str(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self.writable = writable
+        self._index: AbstractIndex | None = None
+        self._pending_size: int | None = None
+        self._fresh = False   # created here: preallocated but without entries
+        if writable and not os.path.exists(self.path):
+            if max_index_size < index_class.entry_size:
+                raise ValueError(f"max index size {max_index_size} is smaller than one entry "
+                                 f"({index_class.entry_size} bytes)")
+            with open(self.path, "wb") as f:
+                f.truncate(max_index_size - max_index_size % index_class.entry_size)
+            self._fresh = True
+        elif not os.path.exists(self.path):
+            raise FileNotFoundError(self.path)
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._index is not None
+
+    def get(self) -> AbstractIndex:
+        if self._index is None:
+            index = self._class(self.path, self.base_offset, self.max_index_size, self.writable)
+            if self._fresh:
+                index.truncate()   # a preallocated file of zeros holds no entries yet
+                self._fresh = False
+            if self._pending_size is not None:
+                index.resize(self._pending_size)
+                self._pending_size = None
+            self._index = index
+        return self._index
+
+    _OWN = frozenset({"_class", "path", "base_offset", "max_index_size", "writable", "_index",
+                      "_pending_size", "_fresh"})
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in self._OWN:
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    # Setting or deleting an attribute this class does not define acts on the index itself (a
+    # transparent proxy); its own attributes and methods are set on the wrapper.
+    def __setattr__(self, name: str, value) -> None:
+        if name in self._OWN or hasattr(type(self), name):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.get(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._OWN or name in self.__dict__:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.get(), name)
+
+    # ---- what needs no mapping
+    def resize(self, new_size: int) -> bool:
+        if self._index is not None:
+            return self._index.resize(new_size)
+        if self._fresh and new_size - new_size % self._class.entry_size == os.path.getsize(self.path):
+            return False   # already preallocated to that size
+        self._pending_size = new_size
+        return True
+
+    def is_full(self) -> bool:
+        if self._index is None and self._fresh and self._pending_size is None:
+            return False   # preallocated, no entries yet
+        return self.get().is_full()
+
+    def flush(self) -> None:
+        if self._index is not None:
+            self._index.flush()
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+        elif self._fresh and self.writable and os.path.exists(self.path):
+            os.truncate(self.path, 0)   # never used: trimmed to its (zero) entries, as on close
+            self._fresh = False
+
+    def close_handler(self) -> None:
+        if self._index is not None:
+            self._index.close_handler()
+            self._index = None
+
+    def delete(self) -> None:
+        if self._index is not None:
+            self._index.delete()
+            self._index = None
+        elif os.path.exists(self.path):
+            os.remove(self.path)
+
+    def rename_to(self, new_path: str) -> None:
+        if self._index is not None:
+            self._index.rename_to(new_path)
+        elif os.path.exists(self.path):
+            os.replace(self.path, new_path)
+        self.path = str(new_path)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._index is not None else "not loaded"
+        return f"LazyIndex({self._class.__name__}, {self.path!r}, {state})"

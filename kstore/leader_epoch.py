@@ -28,6 +28,10 @@ class LeaderEpochFileCache:
             [EpochEntry(e, o) for e, o in self._file.read()] if self._file else [])
         self._lock = threading.RLock()
 
+    def detach_file(self) -> None:
+        """Keep the entries read so far in memory only (offline read-only tools)."""
+        self._file = None
+
     # ---- reading
     def entries(self) -> list[EpochEntry]:
         return list(self._entries)

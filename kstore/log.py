@@ -119,7 +119,8 @@ class Log:
     def open(cls, directory: str, config: LogConfig | dict | None = None, clock: Clock | None = None,
              *, recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = False,
              high_watermark: int | None = None, events: EventBus | None = None,
-             scheduler: Scheduler | None = None, single_replica: bool = True) -> "Log":
+             scheduler: Scheduler | None = None, single_replica: bool = True,
+             read_only: bool = False) -> "Log":
         """Open (or create) the partition directory `<topic>-<partition>` and load it.
 
         `recovery_point` and `log_start_offset` come from the log directory's checkpoint files;
@@ -129,14 +130,18 @@ class Log:
         config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         clock = clock or SYSTEM
         parse_topic_partition(directory)
-        os.makedirs(directory, exist_ok=True)
+        if not read_only:
+            os.makedirs(directory, exist_ok=True)
         epoch_cache = LeaderEpochFileCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        if read_only:
+            epoch_cache.detach_file()   # read it, never write it
         loaded = log_loader.load(directory, config, clock, epoch_cache,
                                  recovery_point_checkpoint=recovery_point,
                                  log_start_offset_checkpoint=log_start_offset,
-                                 had_clean_shutdown=had_clean_shutdown)
+                                 had_clean_shutdown=had_clean_shutdown, read_only=read_only)
         log = cls(directory, config, clock, loaded, epoch_cache, events or EventBus(),
                   scheduler or Scheduler(clock), high_watermark, single_replica)
+        log.read_only = read_only
         log.events.emit("load", log.dir, report=loaded.report, log_end_offset=log.log_end_offset)
         if loaded.report.recovered_segments:
             log.events.emit("recover", log.dir, report=loaded.report)
@@ -741,12 +746,14 @@ class Log:
             self.events.emit("flush", self.dir, old_recovery_point=old, recovery_point=offset,
                              segments=[s.base_offset for s in flushed])
 
+    read_only = False   # opened by an offline read-only tool: no file is ever written
+
     def close(self, flush: bool = True) -> None:
         """Flush (by default) and close every segment, trimming the indexes to their entries."""
         with self._lock:
             if self.closed:
                 return
-            if flush:
+            if flush and not self.read_only:
                 self.flush()
                 try:   # clean shutdown; a directory we may not write to only loses the snapshot
                     self.producer_state.take_snapshot(self._next_offset)

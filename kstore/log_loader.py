@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .clock import Clock
 from .config import LogConfig
-from .errors import CorruptRecordError, InvalidOffsetError, LogSegmentOffsetOverflowError
+from .errors import CorruptRecordError, InvalidOffsetError, LogError, LogSegmentOffsetOverflowError
 from .file_records import FileRecords
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES,
                       SWAP_SUFFIX, LogSegment, offset_from_file_name, segment_paths)
@@ -130,10 +130,12 @@ def remove_temp_files_and_complete_swaps(directory: str, report: RecoveryReport)
 
 
 def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
-                  report: RecoveryReport) -> dict[int, LogSegment]:
+                  report: RecoveryReport, read_only: bool = False) -> dict[int, LogSegment]:
     segments: dict[int, LogSegment] = {}
     names = sorted(os.listdir(directory))
     logs = {offset_from_file_name(n) for n in names if _is_segment_file(n) and n.endswith(LOG_SUFFIX)}
+    if read_only:
+        return {base: _open_read_only(directory, base, config, clock) for base in sorted(logs)}
     for name in names:  # index files whose .log is gone are orphans
         if (_is_segment_file(name) and any(name.endswith(s) for s in SEGMENT_SUFFIXES[1:])
                 and offset_from_file_name(name) not in logs):
@@ -148,6 +150,8 @@ def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
                 seg.sanity_check()
             except Exception as e:  # CorruptIndexError and friends
                 reason = f"corrupt index: {e}"
+            else:
+                _unmap_indexes(seg)
         if reason is not None:
             truncated = seg.recover(epoch_cache)
             report.rebuilt_indexes.append((base, reason))
@@ -156,6 +160,40 @@ def load_segments(directory: str, config: LogConfig, clock: Clock, epoch_cache,
                 report.truncated_bytes += truncated
         segments[base] = seg
     return segments
+
+
+def _unmap_indexes(seg: LogSegment) -> None:
+    """Checked at load, then unmapped: an index is mapped again when the segment is used, so a
+    broker holds descriptors for the partitions in use, not for every partition on disk."""
+    seg.offset_index.close_handler()
+    seg.time_index.close_handler()
+
+
+def _unmap_if_trimmed(seg: LogSegment) -> None:
+    """Unmap the indexes whose file holds exactly their entries (reopening counts them right);
+    a preallocated one — just rebuilt by recovery — stays mapped."""
+    for index in (seg.offset_index, seg.time_index):
+        if getattr(index, "is_loaded", False) and index.length == index.size_in_bytes:
+            index.close_handler()
+
+
+def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) -> LogSegment:
+    """A segment for an offline read-only tool: nothing may be rebuilt, so a missing or damaged
+    index is an error naming the file instead of a repair."""
+    paths = segment_paths(directory, base)
+    for ext in (INDEX_SUFFIX, ".timeindex"):
+        if not os.path.exists(paths[ext]):
+            raise LogError(f"{paths[ext]} is missing; offline read-only tools never rebuild "
+                           f"files (start a broker on the directory once to rebuild it)")
+    seg = LogSegment.open(directory, base, config, clock, file_already_exists=True, read_only=True)
+    try:
+        seg.sanity_check()
+        _unmap_indexes(seg)
+    except Exception as e:  # CorruptIndexError and friends
+        seg.close_handlers()
+        raise LogError(f"{paths[INDEX_SUFFIX]}: {e}; offline read-only tools never rebuild "
+                       f"files (start a broker on the directory once to rebuild it)") from None
+    return seg
 
 
 def recover_log(directory: str, segments: dict[int, LogSegment], recovery_point: int,
@@ -185,8 +223,13 @@ def recover_log(directory: str, segments: dict[int, LogSegment], recovery_point:
 
 def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
          recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
-         had_clean_shutdown: bool) -> LoadedLog:
+         had_clean_shutdown: bool, read_only: bool = False) -> LoadedLog:
+    """`read_only` (offline tools): load what is there without changing any file — no temp-file
+    cleanup, no recovery, no index resizing, no new segment."""
     report = RecoveryReport(had_clean_shutdown)
+    if read_only:
+        return _load_read_only(directory, config, clock, epoch_cache, report,
+                               log_start_offset_checkpoint)
     remove_temp_files_and_complete_swaps(directory, report)
     segments = load_segments(directory, config, clock, epoch_cache, report)
     if not had_clean_shutdown and segments:
@@ -204,6 +247,7 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
                                          preallocate=config.preallocate)
         next_offset = base
     active = segments[max(segments)]
+    _unmap_if_trimmed(active)   # finding the next offset mapped it; it is mapped again on use
     active.offset_index.resize(config.segment_index_bytes)
     active.time_index.resize(config.segment_index_bytes)
     recovery_point = next_offset if had_clean_shutdown else min(recovery_point_checkpoint, next_offset)
@@ -212,3 +256,16 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
         epoch_cache.truncate_from_end(next_offset)
         epoch_cache.truncate_from_start(log_start_offset)
     return LoadedLog(segments, log_start_offset, recovery_point, next_offset, report)
+
+
+def _load_read_only(directory: str, config: LogConfig, clock: Clock, epoch_cache,
+                    report: RecoveryReport, log_start_offset_checkpoint: int) -> LoadedLog:
+    segments = load_segments(directory, config, clock, epoch_cache, report, read_only=True)
+    if not segments:
+        raise LogError(f"{directory} holds no segment (.log) file")
+    next_offset = segments[max(segments)].read_next_offset()
+    log_start_offset = max(log_start_offset_checkpoint, min(segments))
+    if epoch_cache is not None:
+        epoch_cache.truncate_from_end(next_offset)     # in memory only: its file is not written
+        epoch_cache.truncate_from_start(log_start_offset)
+    return LoadedLog(segments, log_start_offset, next_offset, next_offset, report)

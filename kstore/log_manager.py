@@ -24,8 +24,10 @@ from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
+from .errors import LogError
 from .events import EventBus
 from .log import Log, parse_topic_partition
+from .metadata_image import CLUSTER_METADATA_DIR
 from .scheduler import Scheduler
 from .topic import partition_dir_name, validate_topic_name
 
@@ -34,8 +36,12 @@ class LogManager:
     def __init__(self, log_dir: str, config: LogConfig | dict | None = None,
                  clock: Clock | None = None, *, topic_configs: dict[str, dict] | None = None,
                  events: EventBus | None = None, scheduler: Scheduler | None = None,
-                 broker_config: BrokerConfig | dict | None = None, single_replica: bool = True):
+                 broker_config: BrokerConfig | dict | None = None, single_replica: bool = True,
+                 read_only: bool = False):
+        """`read_only` (offline read-only tools): nothing in the directory is created, changed or
+        removed — no marker removal, no recovery, no checkpoints, no new logs."""
         self.log_dir = os.path.abspath(log_dir)
+        self.read_only = read_only
         self.default_config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         self.topic_configs = dict(topic_configs or {})
         self.clock = clock or SYSTEM
@@ -50,7 +56,8 @@ class LogManager:
         self._lock = threading.RLock()
         self.had_clean_shutdown = False
         self.broker_epoch = -1
-        os.makedirs(self.log_dir, exist_ok=True)
+        if not read_only:
+            os.makedirs(self.log_dir, exist_ok=True)
         self._recovery_file = OffsetCheckpointFile(os.path.join(self.log_dir, RECOVERY_POINT_CHECKPOINT))
         self._start_file = OffsetCheckpointFile(os.path.join(self.log_dir, LOG_START_OFFSET_CHECKPOINT))
 
@@ -86,9 +93,11 @@ class LogManager:
                                       log_start_offset=start_offsets.get(tp, 0),
                                       had_clean_shutdown=self.had_clean_shutdown,
                                       events=self.events, scheduler=self.scheduler,
-                                      single_replica=self.single_replica)
+                                      single_replica=self.single_replica,
+                                      # KRaft's own log is Kafka's raft layer's: only read
+                                      read_only=self.read_only or name == CLUSTER_METADATA_DIR)
             self._logs[tp].producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
-        if self.had_clean_shutdown:
+        if self.had_clean_shutdown and not self.read_only:
             os.remove(marker)  # from now on a crash must trigger recovery
 
     def config_for(self, topic: str) -> LogConfig:
@@ -104,6 +113,9 @@ class LogManager:
             log = self._logs.get((topic, partition))
             if log is not None:
                 return log
+            if self.read_only:
+                raise LogError(f"{partition_dir_name(topic, partition)} is not in {self.log_dir} "
+                               f"(offline read-only tools create nothing)")
             if config is not None:
                 overrides = config.overrides if isinstance(config, LogConfig) else dict(config)
                 LogConfig(overrides)  # validate before anything is written
@@ -123,13 +135,20 @@ class LogManager:
         return sorted({t for t, _ in self._logs})
 
     # ---- checkpoints
+    def _writable_logs(self) -> dict[tuple[str, int], Log]:
+        return {tp: log for tp, log in self._logs.items() if not log.read_only}
+
     def checkpoint_recovery_points(self) -> None:
-        self._recovery_file.write({tp: log.recovery_point for tp, log in self._logs.items()})
+        if not self.read_only:
+            self._recovery_file.write({tp: log.recovery_point
+                                       for tp, log in self._writable_logs().items()})
 
     def checkpoint_log_start_offsets(self) -> None:
         """Only logs whose start offset is above their first segment's base are listed (Kafka)."""
-        self._start_file.write({tp: log.log_start_offset for tp, log in self._logs.items()
-                                if log.log_start_offset > log.segments[0].base_offset})
+        if not self.read_only:
+            self._start_file.write({tp: log.log_start_offset
+                                    for tp, log in self._writable_logs().items()
+                                    if log.log_start_offset > log.segments[0].base_offset})
 
     # ---- retention
     def run_retention(self) -> int:
@@ -137,7 +156,7 @@ class LogManager:
         with self._lock:
             cleaner_on = self.broker_config["log.cleaner.enable"]
             deleted = 0
-            for log in list(self._logs.values()):
+            for log in list(self._writable_logs().values()):
                 if not log.closed and (not cleaner_on or not log.config.compact):
                     deleted += log.delete_old_segments()
             self.checkpoint_log_start_offsets()   # start offsets move without deletions too
@@ -178,11 +197,11 @@ class LogManager:
         results = []
         with self._lock:
             for _ in range(max_rounds):
-                result = self.cleaner.clean_filthiest(self._logs.values())
+                result = self.cleaner.clean_filthiest(self._writable_logs().values())
                 if result is None:
                     break
                 results.append(result)
-            for log in self._logs.values():   # retention for compact,delete logs
+            for log in self._writable_logs().values():   # retention for compact,delete logs
                 if log.config.compact and not log.closed:
                     log.delete_old_segments()
             self.checkpoint_log_start_offsets()
@@ -210,7 +229,7 @@ class LogManager:
             self.stop_task(name)
 
     def flush_all(self) -> None:
-        for log in self._logs.values():
+        for log in self._writable_logs().values():
             log.flush()
         self.checkpoint_recovery_points()
 
@@ -222,12 +241,16 @@ class LogManager:
             self.stop_background_tasks()
             self.scheduler.shutdown()
             for log in self._logs.values():
-                if lose_unflushed:
+                if lose_unflushed and not log.read_only:
                     log.lose_unflushed_data()
                 log.close_without_flush()
 
     def shutdown(self) -> None:
         """Clean shutdown: flush and close every log, write the checkpoints and the marker."""
+        if self.read_only:
+            for log in self._logs.values():
+                log.close()   # read-only logs only drop their file handles
+            return
         with self._lock:
             self.stop_background_tasks()
             self.scheduler.shutdown()

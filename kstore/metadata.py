@@ -46,16 +46,22 @@ def new_uuid_string() -> str:
 class MetadataStore:
     """A tiny ZooKeeper-like tree: paths → JSON values, persisted on every change."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, persist: bool = True):
+        """`persist=False` (offline read-only tools): read the file once, keep every change in
+        memory, never write the file or its lock."""
         self.path = str(path)
+        self.persist = persist
         self._lock = threading.RLock()
         self._nodes: dict[str, Any] = {}
         self._stamp = None
-        self._refresh()
+        self._depth = 0
+        self._refresh(force=True)
 
     # Reads see the file as it is now (other processes may have written it); writes happen in a
     # transaction: an exclusive lock on `<file>.lock`, re-read, change, atomic replace.
-    def _refresh(self) -> None:
+    def _refresh(self, force: bool = False) -> None:
+        if not self.persist and not force:
+            return
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -69,7 +75,7 @@ class MetadataStore:
     @contextlib.contextmanager
     def transaction(self):
         with self._lock:
-            if getattr(self, "_depth", 0):      # nested: the file lock is already ours
+            if self._depth or not self.persist:   # nested: the file lock is already ours
                 self._depth += 1
                 try:
                     yield self
@@ -119,6 +125,8 @@ class MetadataStore:
         return dict(sorted(self._nodes.items()))
 
     def _save(self) -> None:
+        if not self.persist:
+            return
         atomic_write(self.path, json.dumps(dict(sorted(self._nodes.items())), indent=1,
                                            sort_keys=True) + "\n")
         st = os.stat(self.path)

@@ -525,6 +525,34 @@ def build_control_batch(record_type: ControlRecordType, *, base_offset: int = 0,
 # A buffer of batches (MemoryRecords + ByteBufferLogInputStream)
 # --------------------------------------------------------------------------------------------
 
+def batch_crc_mismatch(buffer, position: int = 0) -> tuple[int, int] | None:
+    """The CRC-32C check of the v2 batch at `buffer[position:]`: None when the stored CRC matches
+    the one computed over attributes..end, else (stored, computed). This is the one CRC check all
+    of kstore's read paths call (a native codec may replace this function)."""
+    (length,) = struct.unpack_from(">i", buffer, position + LENGTH_OFFSET)
+    (stored,) = struct.unpack_from(">I", buffer, position + CRC_OFFSET)
+    computed = crc32c(bytes(buffer[position + ATTRIBUTES_OFFSET:position + LOG_OVERHEAD + length]))
+    return None if computed == stored else (stored, computed)
+
+
+def check_batch(buffer, position: int = 0, *, topic: str, partition: int,
+                file: str | None = None, file_position: int | None = None) -> None:
+    """What a consumer with `check.crcs=true` (Kafka's default) checks before using a batch: a
+    whole batch whose CRC matches. Raises CorruptRecordError naming the topic, partition, base
+    offset and (when known) the file and position of the batch."""
+    (base_offset, length) = struct.unpack_from(">qi", buffer, position)
+    where = f" (file {file}" + (f", position {file_position})" if file_position is not None
+                                else ")") if file else ""
+    prefix = f"Record batch for partition {topic}-{partition} at offset {base_offset}{where} is invalid"
+    if length < MIN_BATCH_LENGTH_FIELD or len(buffer) - position < LOG_OVERHEAD + length:
+        raise CorruptRecordError(f"{prefix}, cause: the batch length {length} does not fit the "
+                                 f"{len(buffer) - position} bytes present")
+    mismatch = batch_crc_mismatch(buffer, position)
+    if mismatch is not None:
+        raise CorruptRecordError(f"{prefix}, cause: Record is corrupt (stored crc = {mismatch[0]}, "
+                                 f"computed crc = {mismatch[1]})")
+
+
 @dataclass
 class MemoryRecords:
     """Batches held in memory, e.g. a producer request or bytes read from a file.

@@ -261,7 +261,14 @@ class ReplicaManager:
         return removed
 
     def checkpoint_high_watermarks(self) -> None:
-        self._hw_file.write({tp: p.high_watermark for tp, p in self.partitions.items()})
+        """Write the HW of every hosted partition. Entries of partitions this broker does not
+        host (yet) but whose directory is still on disk are kept: a checkpoint is never rewritten
+        with less than it held for data that still exists."""
+        hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
+        for tp, hw in self._hw_file.read().items():
+            if tp not in hws and os.path.isdir(os.path.join(self.broker.log_dir, f"{tp[0]}-{tp[1]}")):
+                hws[tp] = hw
+        self._hw_file.write(hws)
 
     def shutdown(self) -> None:
         for task in self._tasks:

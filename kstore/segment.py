@@ -23,7 +23,7 @@ from .config import LogConfig
 from .errors import (CorruptIndexError, CorruptRecordError, InvalidRecordError,
                      LogSegmentOffsetOverflowError)
 from .file_records import FileRecords, FileSlice, LogOffsetPosition
-from .index import INT32_MAX, OffsetIndex, TimeIndex, TimestampOffset
+from .index import INT32_MAX, LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 from .records import CURRENT_MAGIC, RecordBatch
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index", ".timeindex", ".txnindex"
@@ -116,14 +116,21 @@ class LogSegment:
     @classmethod
     def open(cls, directory: str, base_offset: int, config: LogConfig, clock: Clock, *,
              file_already_exists: bool = False, init_file_size: int = 0, preallocate: bool = False,
-             file_suffix: str = "", roll_jitter_ms: int = 0) -> "LogSegment":
+             file_suffix: str = "", roll_jitter_ms: int = 0, read_only: bool = False) -> "LogSegment":
+        """`read_only`: every file opened for reading only (offline tools change nothing)."""
         paths = segment_paths(directory, base_offset, file_suffix)
         log = FileRecords(paths[LOG_SUFFIX], preallocate_size=init_file_size if preallocate else 0,
-                          file_already_exists=file_already_exists)
+                          file_already_exists=file_already_exists, read_only=read_only)
         max_index = config.segment_index_bytes
-        return cls(log, OffsetIndex(paths[INDEX_SUFFIX], base_offset, max_index),
-                   TimeIndex(paths[TIME_INDEX_SUFFIX], base_offset, max_index),
-                   base_offset, config.index_interval_bytes, roll_jitter_ms, clock)
+        writable = not read_only
+        # Indexes are mapped on first use (Kafka's LazyIndex): descriptors follow use, not disk.
+        segment = cls(log, LazyIndex(OffsetIndex, paths[INDEX_SUFFIX], base_offset, max_index, writable),
+                      LazyIndex(TimeIndex, paths[TIME_INDEX_SUFFIX], base_offset, max_index, writable),
+                      base_offset, config.index_interval_bytes, roll_jitter_ms, clock)
+        segment.read_only = read_only
+        return segment
+
+    read_only = False
 
     # ------------------------------------------------------------------ facts
     @property
@@ -398,6 +405,9 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        if self.read_only:
+            self.close_handlers()
+            return
         # The final time-index entry (a no-op when the last entry already has this timestamp).
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                                      skip_full_check=True)

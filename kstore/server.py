@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from . import protocol as P
 from .admin_apis import AdminApis
 from .broker import Broker, normalize_acks
+from .connection_quotas import ConnectionQuotas, TooManyConnectionsError
 from .errors import (CorruptRecordError, error_code, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
                      NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .file_records import FileSlice
@@ -40,6 +43,10 @@ from .topic import validate_topic_name
 API = P.API_KEYS
 E = P.ERRORS
 TRANSACTIONS_UNSUPPORTED = E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]   # see _init_producer_id
+log = logging.getLogger("kstore.server")
+# accept() errors that mean "out of descriptors or memory now", not "this client failed"
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_WARNING_INTERVAL_S = 60.0   # while descriptors stay short, say so at most this often
 
 
 @dataclass
@@ -50,18 +57,29 @@ class ServerStats:
     closed_for_errors: int = 0
     bytes_sent_sendfile: int = 0
     bytes_sent_copy: int = 0
+    connections_rejected: int = 0      # over max.connections.per.ip
+    accept_errors: int = 0             # accept() out of descriptors / memory
 
 
 class KafkaServer(AdminApis):
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
-                 zero_copy: bool = True, max_request_size: int = 104857600,
-                 idle_timeout_s: float = 600.0, advertised_host: str | None = None):
+                 zero_copy: bool = True, max_request_size: int | None = None,
+                 idle_timeout_s: float | None = None, advertised_host: str | None = None):
+        """Limits come from the broker config (socket.request.max.bytes, connections.max.idle.ms,
+        max.connections, max.connections.per.ip[.overrides]); the arguments override the first
+        two."""
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host or host
         self.zero_copy = zero_copy
-        self.max_request_size = max_request_size          # socket.request.max.bytes
-        self.idle_timeout_s = idle_timeout_s              # connections.max.idle.ms
+        config = broker.config
+        self.max_request_size = (config["socket.request.max.bytes"] if max_request_size is None
+                                 else max_request_size)
+        self.idle_timeout_s = (config["connections.max.idle.ms"] / 1000 if idle_timeout_s is None
+                               else idle_timeout_s)
+        self.quotas = ConnectionQuotas.from_config(config)
+        self._accept_warned_at = -ACCEPT_WARNING_INTERVAL_S
+        self._accept_recovery_pending = False
         self.stats = ServerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: socket.socket | None = None
@@ -143,13 +161,52 @@ class KafkaServer(AdminApis):
 
     # ------------------------------------------------------------------ connections
     async def _accept_loop(self) -> None:
+        """Kafka's Acceptor: honour the connection quotas, and survive running out of file
+        descriptors — back off, say so once, keep serving the open connections, accept again
+        when descriptors are free (the waiting clients sit in the listen backlog meanwhile)."""
         loop = asyncio.get_running_loop()
+        backoff = 0.0
         while True:
-            conn, _ = await loop.sock_accept(self._listener)
-            conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await self.quotas.wait_for_slot()          # max.connections: stop accepting
+            try:
+                conn, address = await loop.sock_accept(self._listener)
+            except OSError as e:
+                if e.errno not in _OUT_OF_RESOURCES:
+                    if e.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                        continue                       # that client gave up; not our problem
+                    raise
+                self.stats.accept_errors += 1
+                now = time.monotonic()
+                if now - self._accept_warned_at >= ACCEPT_WARNING_INTERVAL_S:   # once, not per try
+                    log.warning("accept failed (%s); not accepting new connections until "
+                                "descriptors are free, open connections are still served",
+                                os.strerror(e.errno))
+                    self._accept_warned_at, self._accept_recovery_pending = now, True
+                backoff = min(max(backoff * 2, 0.05), 1.0)
+                await asyncio.sleep(backoff)
+                continue
+            backoff = 0.0
+            if self._accept_recovery_pending:
+                log.warning("accepting connections again")
+                self._accept_recovery_pending = False
+            ip = address[0] if isinstance(address, tuple) else str(address)
+            try:
+                self.quotas.inc(ip)
+            except TooManyConnectionsError as e:   # max.connections.per.ip: closed at once
+                self.stats.connections_rejected += 1
+                if self.stats.connections_rejected == 1 or self.stats.connections_rejected % 1000 == 0:
+                    log.info("%s (%d rejected so far)", e, self.stats.connections_rejected)
+                conn.close()
+                continue
+            try:
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:   # reset before we could set it up: drop it, keep accepting
+                conn.close()
+                self.quotas.dec(ip)
+                continue
             self.stats.connections_opened += 1
-            task = asyncio.create_task(self._connection(conn))
+            task = asyncio.create_task(self._connection(conn, ip))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -167,7 +224,7 @@ class KafkaServer(AdminApis):
             buf += chunk
         return bytes(buf)
 
-    async def _connection(self, conn: socket.socket) -> None:
+    async def _connection(self, conn: socket.socket, ip: str) -> None:
         try:
             while True:
                 size_bytes = await self._recv_exactly(conn, 4, first=True)
@@ -193,6 +250,7 @@ class KafkaServer(AdminApis):
         finally:
             self.stats.connections_closed += 1
             conn.close()
+            self.quotas.dec(ip)
 
     async def _send(self, conn: socket.socket, chunks: list) -> None:
         loop = asyncio.get_running_loop()
@@ -596,9 +654,38 @@ def _check_client_batches(records: bytes, version: int = 3) -> None:
                                      f"batch with producerId {batch.producer_id}")
 
 
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as Kafka's start scripts expect an operator
+    to (`ulimit -n`): every partition holds open files, every client a socket. Returns the
+    (old, new) soft limit."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
+def configure_logging() -> None:
+    """Broker log lines on stdout, in the shape of Kafka's server.log."""
+    if not logging.getLogger("kstore").handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s (%(name)s)"))
+        logging.getLogger("kstore").addHandler(handler)
+        logging.getLogger("kstore").setLevel(logging.INFO)
+
+
 def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bool = True,
           broker_config: dict | None = None) -> None:
     """Run a broker on `log_dir` until interrupted (the `kstore serve` command)."""
+    configure_logging()
+    old, new = raise_open_file_limit()
+    log.info("open file limit (RLIMIT_NOFILE): %d%s", new,
+             f" (raised from {old} to the hard limit)" if new != old else " (the hard limit)")
     broker = Broker(log_dir, config=broker_config, host=host, port=port)
     server = KafkaServer(broker, host, port, zero_copy=zero_copy)
     broker.logs.start_retention()

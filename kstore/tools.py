@@ -3,7 +3,8 @@ kafka-console-consumer, kafka-get-offsets and kafka-consumer-groups.
 
 They work offline on a log directory (`--log-dir DIR`): each opens the directory as a broker
 would (taking its `.lock`, so they refuse a directory a running broker holds) and shuts down
-cleanly. Or they talk to a running broker (`--bootstrap-server HOST:PORT`, `kstore serve`) over
+cleanly. The tools that only read (get-offsets, topics --list/--describe, consumer-groups, consume
+without --group) open it read-only: they change no file in it, and refuse a missing directory. Or they talk to a running broker (`--bootstrap-server HOST:PORT`, `kstore serve`) over
 Kafka's protocol through `RemoteBroker`, which has the same methods as `Broker`: each tool below
 is one piece of code for both. Output formats follow Kafka's tools so the two can be compared.
 
@@ -36,14 +37,23 @@ def _properties(items: list[str] | None) -> dict[str, str]:
     return props
 
 
+def _bool_property(props: dict[str, str], name: str, default: bool) -> bool:
+    value = props.get(name, str(default)).strip().lower()
+    if value not in ("true", "false"):
+        raise KStoreError(f"{name} must be true or false, not {props[name]!r}")
+    return value == "true"
+
+
 def _decode_separator(s: str) -> str:
     return s.encode("utf-8").decode("unicode_escape")   # "\t" on the command line means a tab
 
 
-def _open(args) -> Broker | RemoteBroker:
+def _open(args, read_only: bool = False) -> Broker | RemoteBroker:
+    """A running broker, or the log dir opened offline. `read_only` tools (listing, describing,
+    reading) change nothing in the directory, and refuse one that does not exist."""
     if args.bootstrap_server:
         return RemoteBroker(args.bootstrap_server)
-    return Broker(args.log_dir)
+    return Broker(args.log_dir, read_only=read_only)
 
 
 # ------------------------------------------------------------------------------ kstore topics
@@ -51,7 +61,7 @@ def topics(args, out: TextIO) -> int:
     actions = [a for a in ("create", "list", "describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise KStoreError("give exactly one of --create, --list, --describe, --alter")
-    with _open(args) as broker:
+    with _open(args, read_only=args.list or args.describe) as broker:
         if args.list:
             for name in sorted(broker.topics(include_internal=True)):
                 out.write(name + "\n")
@@ -59,7 +69,13 @@ def topics(args, out: TextIO) -> int:
             if not args.topic:
                 raise KStoreError("--create needs --topic")
             configs = _properties(args.config)
-            broker.create_topic(args.topic, args.partitions, args.replication_factor or 1, configs)
+            rf = args.replication_factor
+            if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
+                raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
+                                  f"not {rf}")
+            if args.partitions is not None and args.partitions < 1:
+                raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
+            broker.create_topic(args.topic, args.partitions, 1 if rf is None else rf, configs)
             out.write(f"Created topic {args.topic}.\n")
         elif args.alter:
             if not args.topic or args.partitions is None:
@@ -128,12 +144,21 @@ def consume(args, out: TextIO) -> int:
     line_separator = _decode_separator(props.get("line.separator", "\n"))
     if args.offset is not None and args.partition is None:
         raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
-    with _open(args) as broker:
+    if args.offset is not None and args.offset not in ("earliest", "latest") and (
+            not args.offset.lstrip("-").isdigit() or int(args.offset) < 0):
+        raise KStoreError(f"the offset value {args.offset!r} is incorrect: give 'earliest', "
+                          f"'latest' or a non-negative offset")
+    if args.timestamp is not None and args.timestamp < 0:
+        raise KStoreError(f"--timestamp takes a time in ms since the epoch (0 or more), not "
+                          f"{args.timestamp}")
+    with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
+        consumer_props = _properties(args.consumer_property)
         consumer = Consumer(broker, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
-                            enable_auto_commit=args.group is not None)
+                            enable_auto_commit=args.group is not None,
+                            check_crcs=_bool_property(consumer_props, "check.crcs", True))
         tps = [(args.topic, p) for p in partitions]
         consumer.assign(tps)
         if args.offset is not None:
@@ -195,9 +220,11 @@ def get_offsets(args, out: TextIO) -> int:
         try:
             time = int(args.time)
         except ValueError:
-            raise KStoreError(f"--time takes earliest, latest, max-timestamp or a timestamp in ms, "
-                              f"not {args.time!r}") from None
-    with _open(args) as broker:
+            time = None
+        if time is None or time < -3:   # −1, −2, −3 are Kafka's spellings of the three names
+            raise KStoreError(f"malformed --time {args.time!r}: give -1 or latest, -2 or earliest, "
+                              f"-3 or max-timestamp, or a timestamp in ms (0 or more)")
+    with _open(args, read_only=True) as broker:
         names = [args.topic] if args.topic else sorted(broker.topics())
         for name in names:
             n = broker.partition_count(name)
@@ -210,15 +237,18 @@ def get_offsets(args, out: TextIO) -> int:
 
 # ------------------------------------------------------------------------------ consumer-groups
 def consumer_groups(args, out: TextIO) -> int:
-    with _open(args) as broker:
-        coordinator = broker.group_coordinator
+    with _open(args, read_only=True) as broker:
+        # Offline, a directory without __consumer_offsets has no groups (and gets none created).
+        no_offsets_topic = (not isinstance(broker, RemoteBroker)
+                            and "__consumer_offsets" not in broker.topics(include_internal=True))
+        coordinator = None if no_offsets_topic else broker.group_coordinator
         if args.list:
-            for g in coordinator.groups():
+            for g in coordinator.groups() if coordinator else []:
                 out.write(g + "\n")
             return 0
         if not args.describe or not args.group:
             raise KStoreError("give --list, or --describe --group GROUP")
-        offsets = coordinator.fetch_offsets(args.group)
+        offsets = coordinator.fetch_offsets(args.group) if coordinator else {}
         if not offsets:
             out.write(f"Consumer group '{args.group}' has no committed offsets.\n")
             return 0
@@ -282,6 +312,8 @@ def add_parsers(sub) -> None:
     c.add_argument("--property", action="append", metavar="NAME=VALUE",
                    help="print.key=true, print.offset=true, print.partition=true, "
                         "print.timestamp=true, key.separator=...")
+    c.add_argument("--consumer-property", action="append", metavar="NAME=VALUE",
+                   help="consumer config: check.crcs=true|false (default true)")
     c.set_defaults(func=lambda a: consume(a, sys.stdout))
 
     g = with_log_dir(sub.add_parser("get-offsets", help="offsets by time (kafka-get-offsets)"))
@@ -317,6 +349,8 @@ def _serve(args) -> int:
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
     if args.cluster_dir:
         from .cluster_node import ClusterNode
+        from .server import raise_open_file_limit
+        raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
                            broker_config=_properties(args.override), zero_copy=not args.copy_fetch)
         print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "

@@ -43,7 +43,7 @@ from ..compression import Compression, decompress
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..records import (ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, CURRENT_MAGIC,
                        HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MIN_BATCH_LENGTH_FIELD,
-                       RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, crc32c)
+                       RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, check_batch)
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -140,9 +140,12 @@ class ColumnBuilder:
         return self._pending >= self.rows_per_batch or self._size >= MAX_ARROW_BATCH_BYTES
 
     # ---- step 1: per batch
-    def add_batch(self, buf, pos: int, start: int, end: int, check_crc: bool = True) -> int:
+    def add_batch(self, buf, pos: int, start: int, end: int, check_crc: bool = True,
+                  file: str | None = None, file_position: int | None = None) -> int:
         """Queue the records of the v2 batch at buf[pos:] whose offsets are in [start, end).
-        Returns the number of records queued (a batch straddling a bound is trimmed on flush)."""
+        Returns the number of records queued (a batch straddling a bound is trimmed on flush).
+        `check_crc` is the consumer's check.crcs (default true); `file`/`file_position` say where
+        the batch was read, for the error."""
         magic = buf[pos + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
             raise InvalidRecordError(
@@ -152,11 +155,8 @@ class ColumnBuilder:
          _pid, _pepoch, _seq, count) = _HEADER_UNPACK(buf, pos)
         size = LOG_OVERHEAD + length
         if check_crc:
-            computed = crc32c(buf[pos + ATTRIBUTES_OFFSET:pos + size])
-            if computed != crc:
-                raise CorruptRecordError(
-                    f"record batch at offset {base_offset} of {self.topic}-{self.partition} is "
-                    f"corrupt (stored crc = {crc:#010x}, computed crc = {computed:#010x})")
+            check_batch(buf, pos, topic=self.topic, partition=self.partition, file=file,
+                        file_position=file_position)
         if attributes & CONTROL_FLAG_MASK or count <= 0:
             return 0                     # transaction markers / emptied batches: not data
         if base_offset + last_delta < start or base_offset >= end:

@@ -244,7 +244,8 @@ class PartitionReader:
             os.close(fd)
 
     def chunks(self, start: int, end: int):
-        """Yield (buffer, [positions of the batches overlapping [start, end)]) in offset order,
+        """Yield (buffer, [positions of the batches overlapping [start, end)], segment path,
+        file position of the buffer) in offset order,
         reading up to READ_CHUNK bytes per pread (a bigger batch is read whole). Raises
         SegmentsChanged when a segment vanishes under the reader."""
         segments = self.segments()
@@ -274,12 +275,12 @@ class PartitionReader:
                     for p, base, last, _size in spans:
                         if base >= end:
                             if keep:
-                                yield buf, keep
+                                yield buf, keep, segment.path, pos
                             return
                         if last >= start:
                             keep.append(p)
                     if keep:
-                        yield buf, keep
+                        yield buf, keep, segment.path, pos
                     p, _b, _l, size = spans[-1]
                     pos += p + size
             finally:
@@ -291,9 +292,10 @@ class PartitionReader:
         with data loss (see `kstore.spark.source`); offset gaps are normal (compaction)."""
         builder = ColumnBuilder(self.topic, self.partition, include_headers,
                                 **({"rows_per_batch": rows_per_batch} if rows_per_batch else {}))
-        for buf, positions in self.chunks(start, end):
+        for buf, positions, path, chunk_position in self.chunks(start, end):
             for pos in positions:
-                builder.add_batch(buf, pos, start, end)
+                builder.add_batch(buf, pos, start, end, file=path,
+                                  file_position=chunk_position + pos)
                 if builder.full():
                     yield builder.flush()
         batch = builder.flush()

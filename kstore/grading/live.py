@@ -418,6 +418,47 @@ def leader_epochs(end_offset_for: Callable | None = None, truncation_offset: Cal
     return patches
 
 
+def elections(elect_leader: Callable) -> list[Patch]:
+    """Ch. 10: the controller decides every leader election with the learner's rule. The learner's
+    function returns (leader, "clean" | "unclean" | "offline"); the controller asks it the way it asks
+    its own `elect_leader`: first without, then (if the topic allows) with unclean election."""
+    from .. import controller
+
+    def decide(assignment, isr, live, unclean):
+        return elect_leader(list(assignment), list(isr), set(live), unclean)[0]
+    return [Patch(controller, "elect_leader", decide)]
+
+
+def election_scenarios(root: str) -> dict:
+    """Three brokers, three topics led by broker 0. `safe` and `risky` (unclean election allowed) have
+    followers that stopped fetching (ISR [0]); `c`'s followers are in sync. Broker 1 goes down, then
+    broker 0: `c` needs a clean election, `safe` must go offline, `risky` elects broker 2 uncleanly."""
+    from ..clock import ManualClock
+    from ..cluster import Cluster
+    cluster = Cluster(root, num_brokers=3, clock=ManualClock(1_700_000_000_000))
+    try:
+        cluster.create_topic("c", 1, 3)
+        cluster.create_topic("safe", 1, 3)
+        cluster.create_topic("risky", 1, 3, {"unclean.leader.election.enable": True})
+        for topic in ("c", "safe", "risky"):
+            cluster.produce(topic, 0, ["committed"], acks="all")
+        cluster.replicate(rounds=3)
+        for topic in ("safe", "risky"):       # followers stop fetching; the leader drops them from the ISR
+            cluster.produce(topic, 0, ["only on the leader"], acks=1)
+        for _ in range(9):
+            cluster.advance(5_000)
+        cluster.crash(1)                      # a follower of all three goes down
+        isr_before = {t: cluster.isr(t) for t in ("c", "safe", "risky")}
+        cluster.crash(0)                      # the leader of all three
+        out = {"isr_before": isr_before}
+        for topic in ("c", "safe", "risky"):
+            out[topic] = {"leader": cluster.leader(topic), "isr": cluster.isr(topic),
+                          "alive": cluster.leader(topic) in cluster.live_brokers()}
+        return out
+    finally:
+        cluster.shutdown()
+
+
 def kip101_scenario_1(root: str, truncation: str) -> dict:
     """KIP-101 scenario 1 on a stepped 2-broker cluster: an acknowledged record, a follower restart,
     a leader failure. Returns what every replica holds at the end, and what happened."""

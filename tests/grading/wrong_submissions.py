@@ -139,4 +139,36 @@ def truncation_offset(leader_epoch, leader_end_offset, own_end_offset_for_epoch,
 def send_range(sock, file_fd, position, count):
     return os.sendfile(sock.fileno(), file_fd, position, count)
 ''', "loop until all"),
+    "election-first-of-isr-list": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in isr:                                  # ISR order instead of assignment order
+        if broker in live:
+            return (broker, "clean")
+    if unclean_enabled:
+        for broker in assignment:
+            if broker in live:
+                return (broker, "unclean")
+    return (None, "offline")
+''', "assignment** order"),
+    "election-unclean-ignores-the-flag": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in assignment:
+        if broker in live and broker in isr:
+            return (broker, "clean")
+    for broker in assignment:                           # availability first, whatever the config says
+        if broker in live:
+            return (broker, "unclean")
+    return (None, "offline")
+''', "unclean.leader.election.enable is false"),
+    "election-dead-isr-member": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in assignment:
+        if broker in isr:                               # forgot to check that it is alive
+            return (broker, "clean")
+    if unclean_enabled:
+        for broker in assignment:
+            if broker in live:
+                return (broker, "unclean")
+    return (None, "offline")
+''', "cannot lead"),
 }

@@ -329,15 +329,53 @@ def retention_rules(deletable_segments: Callable | None = None, retention_time_b
 
 
 def compaction(should_retain_record: Callable | None = None,
-               group_segments_by_size: Callable | None = None) -> list[Patch]:
-    """Ch. 07: the cleaner keeps records, and groups segments, by the learner's rules."""
+               group_segments_by_size: Callable | None = None,
+               choose_filthiest: Callable | None = None) -> list[Patch]:
+    """Ch. 07: the cleaner keeps records, groups segments, and picks the log to clean by the
+    learner's rules."""
     from .. import cleaner
     patches = []
+    if choose_filthiest is not None:
+        patches.append(Patch(cleaner, "choose_filthiest", choose_filthiest))
     if should_retain_record is not None:
         patches.append(Patch(cleaner, "should_retain_record", should_retain_record))
     if group_segments_by_size is not None:
         patches.append(Patch(cleaner, "group_segments_by_size", group_segments_by_size))
     return patches
+
+
+def cleaner_choices(root: str) -> tuple[dict[str, float], list[str]]:
+    """Four compacted logs with known dirty ratios — `even` exactly 0.5, `big` 0.75 with the most dirty
+    bytes, `small` 1.0, `lagging` 0.2 but older than its max.compaction.lag.ms — and the logs the
+    cleaner thread picks, round after round, until none qualifies."""
+    from ..clock import ManualClock
+    from ..log_manager import LogManager
+    clock = ManualClock(1_700_000_000_000)
+    logs = LogManager(root, {"segment.bytes": 1 << 20}, clock)
+    try:
+        def fill(name, clean, dirty, config=None):
+            log = logs.get_or_create_log(name, 0, {"cleanup.policy": "compact", **(config or {})})
+            for i in range(clean):                    # distinct keys: a cleaning keeps every byte
+                log.append([(f"c{i:03d}", "v" * 20)])
+            if clean:
+                log.roll()
+                logs.cleaner.clean_log(log)
+            for i in range(dirty):
+                log.append([(f"d{i:03d}", "v" * 20)])
+            log.roll()
+        fill("even", 4, 4)
+        fill("big", 4, 12)
+        fill("small", 0, 3)
+        fill("lagging", 8, 2, {"max.compaction.lag.ms": 5_000})
+        clock.advance(60_000)
+        ratios = {t.log.topic: round(t.cleanable_ratio, 3)
+                  for t in logs.cleaner.logs_to_clean(logs.logs().values())}
+        order = []
+        while len(order) < 6 and (done := logs.cleaner.clean_filthiest(logs.logs().values())) is not None:
+            order.append(done.log.topic)
+        return ratios, order
+    finally:
+        logs.shutdown()
 
 
 def committed_offsets(partition_for: Callable | None = None, encode_offset_commit: Callable | None = None,

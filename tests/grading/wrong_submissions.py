@@ -171,4 +171,42 @@ def elect_leader(assignment, isr, live, unclean_enabled):
                 return (broker, "unclean")
     return (None, "offline")
 ''', "cannot lead"),
+    "filthiest-ratio-at-least-the-minimum": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, best_ratio = None, -1.0
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        eligible = ratio >= log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+        if eligible and ratio > best_ratio:
+            best, best_ratio = log.name, ratio
+    return best
+''', "strictly greater"),
+    "filthiest-by-dirty-bytes": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, most = None, -1
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        eligible = ratio > log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+        if eligible and log.cleanable_bytes > most:          # the most dirty bytes
+            best, most = log.name, log.cleanable_bytes
+    return best
+''', "not the log with the most dirty bytes"),
+    "filthiest-ignores-max-compaction-lag": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, best_ratio = None, -1.0
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        if ratio > log.min_cleanable_ratio and ratio > best_ratio:
+            best, best_ratio = log.name, ratio
+    return best
+''', "max.compaction.lag.ms says must be compacted now"),
 }

@@ -62,9 +62,11 @@ class Exercise:
         return tuple(f for t in self.tasks for f in t.functions)
 
 
-def _ex(id_: str, notebook: str, title: str, *tasks: tuple[str, tuple[str, ...]]) -> Exercise:
+def _ex(id_: str, notebook: str, title: str, *tasks: tuple) -> Exercise:
+    """Tasks are numbered in order; `(title, functions, n)` fixes a task's number (a task added after
+    numbers that other tasks of the same exercise hold)."""
     return Exercise(id_, notebook, title,
-                    tuple(Task(f"{id_}.{i}", t, fns) for i, (t, fns) in enumerate(tasks, 1)))
+                    tuple(Task(f"{id_}.{t[2] if len(t) > 2 else i}", t[0], t[1]) for i, t in enumerate(tasks, 1)))
 
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
@@ -102,7 +104,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
         ("Java's String.hashCode", ("java_string_hashcode",)),
         ("The partition of a group", ("partition_for",)),
         ("Encode an offset commit", ("encode_offset_commit",)),
-        ("Decode an offset commit", ("decode_offset_commit",))),
+        ("Decode an offset commit", ("decode_offset_commit",)),
+        ("The partition of a key: murmur2", ("partition_for_key",), 6)),
     _ex("ex09", "09-replication-hw.ipynb", "Replication: LEO and the high watermark",
         ("The leader's high watermark", ("leader_high_watermark",)),
         ("The follower's high watermark", ("follower_high_watermark",)),

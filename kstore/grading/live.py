@@ -378,6 +378,12 @@ def cleaner_choices(root: str) -> tuple[dict[str, float], list[str]]:
         logs.shutdown()
 
 
+def key_partitioning(partition_for_key: Callable) -> list[Patch]:
+    """Ch. 08: the producer's partitioner places keyed records with the learner's function."""
+    from .. import partitioner
+    return [Patch(partitioner, "partition_for_key", partition_for_key)]
+
+
 def committed_offsets(partition_for: Callable | None = None, encode_offset_commit: Callable | None = None,
                       decode_offset_commit: Callable | None = None) -> list[Patch]:
     """Ch. 08: the group coordinator places groups, and writes and reads `__consumer_offsets`

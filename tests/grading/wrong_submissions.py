@@ -209,4 +209,75 @@ def choose_filthiest(logs):
             best, best_ratio = log.name, ratio
     return best
 ''', "max.compaction.lag.ms says must be compacted now"),
+    "key-partition-with-abs": ("ex08.6", '''
+def partition_for_key(key, num_partitions):
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(key)) & mask
+    for i in range(0, len(key) - len(key) % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail, rest = len(key) - len(key) % 4, len(key) % 4
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    h = h - (1 << 32) if h & 0x80000000 else h         # the signed Java int
+    return abs(h) % num_partitions                      # abs instead of toPositive
+''', "abs() gives another partition"),
+    "key-partition-seed-zero": ("ex08.6", '''
+def partition_for_key(key, num_partitions):
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0 ^ len(key)) & mask
+    for i in range(0, len(key) - len(key) % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail, rest = len(key) - len(key) % 4, len(key) % 4
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % num_partitions
+''', "seed is 0x9747b28c"),
+    "key-partition-signed-modulo": ("ex08.6", '''
+def partition_for_key(key, num_partitions):
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(key)) & mask
+    for i in range(0, len(key) - len(key) % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail, rest = len(key) - len(key) % 4, len(key) % 4
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    h = h - (1 << 32) if h & 0x80000000 else h         # the signed Java int
+    return h % num_partitions                           # Python's % hides the sign; no toPositive
+''', "apply toPositive"),
 }

@@ -447,6 +447,43 @@ def replication_rules(leader_high_watermark: Callable | None = None, follower_hi
     return patches
 
 
+def acks_rules(acks_decision: Callable) -> list[Patch]:
+    """Ch. 09: leaders decide what to do with a produce request's `acks` by the learner's rule."""
+    from .. import partition as part_mod
+    return [Patch(part_mod, "acks_decision", acks_decision)]
+
+
+def acks_scenarios(root: str) -> dict:
+    """Three brokers. `t` (3 replicas, min.insync.replicas=2) and `single` (1 replica, min.insync 2):
+    which produce requests are answered at once, which wait for the followers, which are refused
+    once the followers stopped fetching."""
+    from ..clock import ManualClock
+    from ..cluster import Cluster
+    cluster = Cluster(root, num_brokers=3, clock=ManualClock(1_700_000_000_000))
+    out = {}
+    try:
+        cluster.create_topic("t", 1, 3, {"min.insync.replicas": 2})
+        cluster.create_topic("single", 1, 1, {"min.insync.replicas": 2})
+        one, every = cluster.produce("t", 0, ["a1"], acks=1), cluster.produce("t", 0, ["aall"], acks="all")
+        out["acks=1 done before replication"] = one.done and one.error is None
+        out["acks=all done before replication"] = every.done
+        cluster.replicate("t", rounds=2)
+        out["acks=all done after replication"] = every.done and every.error is None
+        single = cluster.produce("single", 0, ["s"], acks="all")
+        out["single acks=all"] = "ok" if single.done and single.error is None else type(single.error).__name__
+        cluster.produce("t", 0, ["lagging"], acks=1)
+        for _ in range(9):                         # the followers stop fetching: the ISR shrinks to [leader]
+            cluster.advance(5_000)
+        out["ISR after the followers stopped"] = cluster.isr("t")
+        refused = cluster.produce("t", 0, ["refused?"], acks="all")
+        out["acks=all with ISR below min"] = type(refused.error).__name__ if refused.error else "accepted"
+        still = cluster.produce("t", 0, ["still"], acks=1)
+        out["acks=1 with ISR below min"] = "ok" if still.done and still.error is None else type(still.error).__name__
+        return out
+    finally:
+        cluster.shutdown()
+
+
 def leader_epochs(end_offset_for: Callable | None = None, truncation_offset: Callable | None = None) -> list[Patch]:
     """Ch. 10: leaders answer OffsetsForLeaderEpoch, and followers truncate, with the learner's code."""
     from .. import replica_fetcher

@@ -280,4 +280,38 @@ def partition_for_key(key, num_partitions):
     h = h - (1 << 32) if h & 0x80000000 else h         # the signed Java int
     return h % num_partitions                           # Python's % hides the sign; no toPositive
 ''', "apply toPositive"),
+    "acks-one-waits-for-the-isr": ("ex09.6", '''
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_WHEN_REPLICATED                     # waits like acks=all
+    if isr_size < min(min_insync_replicas, replication_factor):
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "acks=1 is answered after the leader's own append"),
+    "acks-all-ignores-min-isr": ("ex09.6", '''
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    return ACKS_WHEN_REPLICATED                         # never refused
+''', "refused (NOT_ENOUGH_REPLICAS) before"),
+    "acks-min-isr-without-replication-factor": ("ex09.6", '''
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    if isr_size < min_insync_replicas:                  # not capped by the replication factor
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "min(min.insync.replicas, replication factor)"),
 }

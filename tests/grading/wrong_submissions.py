@@ -314,4 +314,19 @@ def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
         return ACKS_REFUSED
     return ACKS_WHEN_REPLICATED
 ''', "min(min.insync.replicas, replication factor)"),
+    "crash-resumes-after-the-committed-offset": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = reset_offset if committed_offset is None else committed_offset + 1   # "last processed"
+    return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
+''', "the **next** offset to read"),
+    "crash-twice-and-never-swapped": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = reset_offset if committed_offset is None else committed_offset
+    return list(range(processed_up_to, resume)), list(range(resume, processed_up_to))
+''', "swapped"),
+    "crash-without-commit-starts-at-zero": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = 0 if committed_offset is None else committed_offset        # ignores auto.offset.reset
+    return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
+''', "where auto.offset.reset says"),
 }

@@ -185,44 +185,15 @@ def test_extra_decode_offset_commit_value_v1_with_expire_timestamp(learner, key_
 
 
 # ------------------------------------------------------------------ ex08.6 partition_for_key (murmur2)
-from kstore.partitioner import partition_for_key  # noqa: E402
-
-_M, _MASK = 0x5BD1E995, 0xFFFFFFFF
-
-
-def _murmur2_variant(data: bytes, *, seed=0x9747B28C, wrap=True) -> int:
-    mask = _MASK if wrap else (1 << 200) - 1
-    h = (seed ^ len(data)) & mask
-    for i in range(len(data) // 4):
-        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
-        k = (k * _M) & mask
-        k ^= k >> 24
-        k = (k * _M) & mask
-        h = ((h * _M) & mask) ^ k
-    tail, rest = len(data) & ~3, len(data) % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _M) & mask
-    h ^= h >> 13
-    h = (h * _M) & mask
-    h ^= h >> 15
-    h &= _MASK
-    return h - (1 << 32) if h & 0x80000000 else h
-
+from kstore.partitioner import murmur2, partition_for_key  # noqa: E402
 
 def key_partition_mistakes(key, n):
-    h = _murmur2_variant(key)
+    h = murmur2(key)
     return [("Kafka's toPositive clears the sign bit (h & 0x7fffffff); abs() gives another partition for a "
              "negative hash", abs(h) % n),
             ("Python's % of the signed hash is never negative, but it is not Kafka's: apply toPositive "
              "(h & 0x7fffffff) before % numPartitions", h % n if h < 0 else object()),
-            ("murmur2's seed is 0x9747b28c (Utils.murmur2)", (_murmur2_variant(key, seed=0) & 0x7FFFFFFF) % n),
-            ("keep every step of murmur2 in 32 bits (& 0xffffffff): Java's int multiplication wraps around",
-             (_murmur2_variant(key, wrap=False) & 0x7FFFFFFF) % n)]
+            ("murmur2's seed is 0x9747b28c (Utils.murmur2)", (murmur2(key, seed=0) & 0x7FFFFFFF) % n)]
 
 
 KEY_VECTORS = [(b"21", 7), (b"foobar", 10), (b"a-little-bit-long-string", 6), (b"abc", 3), (b"alice", 3),

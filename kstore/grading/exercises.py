@@ -1,4 +1,4 @@
-"""The graded exercises of the course: one per chapter 01–11, each with 2–5 tasks.
+"""The graded exercises of the course: one per chapter 01–11, each with 2–7 tasks.
 
 This is the one place that names the tasks. The solutions live in `solutions/NN-*.ipynb` (each
 task's code cell is tagged `solution` and the task id, e.g. `ex01.3`); the tests that grade them

@@ -245,4 +245,59 @@ def after_crash(processed_up_to, committed_offset, reset_offset):
     resume = 0 if committed_offset is None else committed_offset        # ignores auto.offset.reset
     return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
 ''', "where auto.offset.reset says"),
+    "acks-one-waits-for-the-isr": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_WHEN_REPLICATED                     # waits like acks=all
+    if isr_size < min(min_insync_replicas, replication_factor):
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "acks=1 is answered after the leader's own append"),
+    "acks-all-ignores-min-isr": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    return ACKS_WHEN_REPLICATED                         # never refused
+''', "refused (NOT_ENOUGH_REPLICAS) before"),
+    "acks-min-isr-without-replication-factor": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    if isr_size < min_insync_replicas:                  # not capped by the replication factor
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "min(min.insync.replicas, replication factor)"),
 }

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .clock import Clock
@@ -113,6 +113,32 @@ class LogToClean:
     @property
     def cleanable_ratio(self) -> float:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+class CleanableLog(NamedTuple):
+    """What the cleaner manager weighs for one compacted log (names as in LogCleanerManager)."""
+    name: str                     # "topic-partition"
+    clean_bytes: int              # segments below the first dirty offset
+    cleanable_bytes: int          # segments from there to the first uncleanable offset
+    min_cleanable_ratio: float    # the log's min.cleanable.dirty.ratio
+    needs_compaction_now: bool    # a dirty segment is older than max.compaction.lag.ms
+
+
+def choose_filthiest(logs: list[CleanableLog]) -> str | None:
+    """The name of the log to clean next, or None (`LogCleanerManager.grabFilthiestCompactedLog`):
+    a log with no bytes is skipped; dirty ratio = cleanable / (clean + cleanable); a log qualifies
+    when the ratio is strictly above its min.cleanable.dirty.ratio, or when it must be compacted now
+    and has something to clean; of those, the highest ratio wins (the first on a tie)."""
+    best, best_ratio = None, -1.0
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        eligible = ratio > log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+        if eligible and ratio > best_ratio:
+            best, best_ratio = log.name, ratio
+    return best
 
 
 def cleanable_offsets(log: Log, checkpointed_dirty_offset: int | None, now: int) -> tuple[int, int]:
@@ -415,12 +441,12 @@ class LogCleaner:
 
     def grab_filthiest_compacted_log(self, logs: Iterable[Log], now: int | None = None) -> LogToClean | None:
         """The log with the highest dirty ratio above min.cleanable.dirty.ratio (strictly), or one
-        that max.compaction.lag.ms says must be cleaned now."""
-        for candidate in self.logs_to_clean(logs, now):
-            ratio_ok = candidate.cleanable_ratio > candidate.log.config.min_cleanable_dirty_ratio
-            if (candidate.needs_compaction_now and candidate.cleanable_bytes > 0) or ratio_ok:
-                return candidate
-        return None
+        that max.compaction.lag.ms says must be cleaned now (`choose_filthiest` decides)."""
+        candidates = {f"{t.log.topic}-{t.log.partition}": t for t in self.logs_to_clean(logs, now)}
+        chosen = choose_filthiest([
+            CleanableLog(name, t.clean_bytes, t.cleanable_bytes, t.log.config.min_cleanable_dirty_ratio,
+                         t.needs_compaction_now) for name, t in candidates.items()])
+        return None if chosen is None else candidates[chosen]
 
     def clean_filthiest(self, logs: Iterable[Log], now: int | None = None) -> CleaningResult | None:
         """One cleaning round on the dirtiest log (if any qualifies), then the checkpoint."""

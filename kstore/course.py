@@ -94,3 +94,40 @@ def plot_micro_batches(table, title: str = "micro-batches"):
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return Image(data=figure_png(fig), format="png")
+# --- "The blog says / Kafka does" boxes -----------------------------------------------------------------
+# Much Kafka material repeats a few well-known mistakes. Each chapter names the mistake, says what Kafka
+# really does, and shows it on the live engine in the same cell. `tests/test_blog_boxes.py` finds every
+# box by BLOG_MARKER and checks that each mistake in its list has one.
+
+BLOG_SERIES = "a popular Chinese blog series on Kafka storage (Kafka 存储机制)"
+BLOG_MARKER = "ks-blog-says"
+
+
+def _inline(text: str) -> str:
+    """The two pieces of markdown the boxes use: `code` and **bold**, the rest escaped."""
+    import html
+    import re
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+
+def blog_box_html(mistake: str, claim: str, kafka_does: str, source: str = BLOG_SERIES,
+                  term: str | None = None) -> str:
+    """The box as HTML: the claim as the source words it, then what Kafka does."""
+    import html
+    term_line = f'<div style="color:#555">term: {html.escape(term)}</div>' if term else ""
+    return (f'<div class="{BLOG_MARKER}" data-mistake="{html.escape(mistake)}" style="border-left:4px solid '
+            f'#c0392b;background:#fdf3f2;padding:6px 10px;margin:6px 0">'
+            f'<div><b>The blog says</b> <span style="color:#555">— {html.escape(source)}</span>: '
+            f'“{_inline(claim)}”</div>{term_line}'
+            f'<div style="border-top:1px solid #e6b0aa;margin-top:4px;padding-top:4px">'
+            f'<b>Kafka does:</b> {_inline(kafka_does)}</div></div>')
+
+
+def blog_says(mistake: str, claim: str, kafka_does: str, source: str = BLOG_SERIES,
+              term: str | None = None) -> None:
+    """Display a "The blog says / Kafka does" box. `mistake` is the short id the course's test lists;
+    the code after the call in the same cell shows Kafka's behaviour on the engine."""
+    from IPython.display import HTML, display
+    display(HTML(blog_box_html(mistake, claim, kafka_does, source, term)))

@@ -26,6 +26,30 @@ from .segment import FetchDataInfo
 # The rules (pure)
 # ------------------------------------------------------------------------------------------------
 
+# What a leader does with a produce request, by its `acks` (Kafka's ReplicaManager.appendRecords,
+# Partition.appendRecordsToLeader and DelayedProduce); the strings name the outcome.
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks: int, isr_size: int, min_insync_replicas: int, replication_factor: int) -> str:
+    """0, 1 and −1 are the legal values; acks=−1 is refused before anything is written when the ISR
+    is smaller than min(min.insync.replicas, replication factor); otherwise the records are appended
+    and answered never (0), at once (1) or once the HW passes them (−1)."""
+    if acks not in (0, 1, -1) or isinstance(acks, bool):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    if isr_size < min(min_insync_replicas, replication_factor):
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+
+
 def leader_high_watermark(leader_leo: int, isr_follower_leos: list[int], isr_size: int,
                           min_insync_replicas: int, replication_factor: int) -> int | None:
     """The HW the leader may move to, or None when the ISR is below the effective min ISR
@@ -179,8 +203,9 @@ class Partition:
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(
                     f"broker {self.broker_id} is not the leader of {self.name} (leader: {self.leader_id})")
-            effective_min = min(self.min_insync_replicas, len(self.replicas) or 1)
-            if required_acks == -1 and len(self.isr) < effective_min:
+            decision = acks_decision(required_acks, len(self.isr), self.min_insync_replicas,
+                                     len(self.replicas) or 1)
+            if decision == ACKS_REFUSED:
                 raise NotEnoughReplicasError(
                     f"the size of the current ISR {self.isr} is insufficient to satisfy the "
                     f"min.isr requirement of {self.min_insync_replicas} for partition {self.name}")

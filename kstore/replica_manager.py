@@ -23,6 +23,7 @@ from typing import Callable
 from .checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .errors import (NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError,
                      RequestTimedOutError, UnknownTopicOrPartitionError)
+from . import partition as partition_rules
 from .log import LogAppendInfo
 from .partition import LeaderFetch, Partition
 from .replica_fetcher import EPOCH_TRUNCATION, ReplicaFetcher
@@ -141,7 +142,8 @@ class ReplicaManager:
             return result
         self.broker.events.emit("produce", self.broker.log_dir, topic=topic, partition=partition,
                                 first_offset=result.info.first_offset, last_offset=result.info.last_offset)
-        if acks != -1 or p.high_watermark > result.info.last_offset:
+        decision = partition_rules.acks_decision(acks, len(p.isr), p.min_insync_replicas, len(p.replicas) or 1)
+        if decision != partition_rules.ACKS_WHEN_REPLICATED or p.high_watermark > result.info.last_offset:
             result.complete()
         else:
             result.required_offset = result.info.last_offset + 1

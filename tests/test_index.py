@@ -1,6 +1,6 @@
 """Offset index (`.index`) and time index (`.timeindex`).
 
-Behaviour cases 13-20 of the reference (/work/shared/reference/kafka-storage.md §12), taken from
+Behaviour cases 13-20 of the reference (docs/kafka-storage-notes.md §12), taken from
 Kafka's OffsetIndexTest / TimeIndexTest, plus the file life cycle of §2.2 (preallocation,
 trimming, reopening) and the byte layout of §2.1. Real files in tmp_path; no mocks.
 """

@@ -1,6 +1,6 @@
 """RecordBatch v2, records, varints, CRC and compression.
 
-Behaviour cases 1-7 of the reference (/work/shared/reference/kafka-storage.md §12), each taken
+Behaviour cases 1-7 of the reference (docs/kafka-storage-notes.md §12), each taken
 from the Kafka test named in its docstring, plus the byte-exact vectors of §1.6 and §1.11.
 Expected values come from the reference / Kafka's tests, never from what kstore returns.
 """

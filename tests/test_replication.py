@@ -1,6 +1,6 @@
 """Replication: LEO / HW / ISR / acks, the controller, leader epochs, KIP-101, fault schedules.
 
-Reference: kafka-storage.md §9 (LEO, HW, ISR, acks), §10 (leader epochs, KIP-101/279) and the
+Reference: docs/kafka-storage-notes.md §9 (LEO, HW, ISR, acks), §10 (leader epochs, KIP-101/279) and the
 acceptance cases 56–60 of §12. Everything runs on real files in tmp dirs; the stepped cluster
 (`ManualClock`) makes every interleaving explicit and deterministic, and one test runs the
 cluster live on the real clock.

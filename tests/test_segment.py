@@ -1,7 +1,7 @@
 """FileRecords (`.log` files) and LogSegment.
 
 Behaviour cases 8-12 (FileRecordsTest) and 21-34 (LogSegmentTest) of the reference
-(/work/shared/reference/kafka-storage.md §12), plus the index-interval rule of §2.6, the
+(docs/kafka-storage-notes.md §12), plus the index-interval rule of §2.6, the
 find-by-timestamp vectors of §4.3, the read rules of §4.2, the roll conditions of §4.1 and
 recovery (§5.2). Real files in tmp_path, a ManualClock, no mocks, no sleeps.
 """

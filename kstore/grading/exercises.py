@@ -1,4 +1,4 @@
-"""The graded exercises of the course: one per chapter 01–11, each with 2–5 tasks.
+"""The graded exercises of the course: one per chapter 01–11, each with 2–7 tasks.
 
 This is the one place that names the tasks. The solutions live in `solutions/NN-*.ipynb` (each
 task's code cell is tagged `solution` and the task id, e.g. `ex01.3`); the tests that grade them
@@ -62,9 +62,11 @@ class Exercise:
         return tuple(f for t in self.tasks for f in t.functions)
 
 
-def _ex(id_: str, notebook: str, title: str, *tasks: tuple[str, tuple[str, ...]]) -> Exercise:
+def _ex(id_: str, notebook: str, title: str, *tasks: tuple) -> Exercise:
+    """Tasks are numbered in order; `(title, functions, n)` fixes a task's number (a task added after
+    numbers that other tasks of the same exercise hold)."""
     return Exercise(id_, notebook, title,
-                    tuple(Task(f"{id_}.{i}", t, fns) for i, (t, fns) in enumerate(tasks, 1)))
+                    tuple(Task(f"{id_}.{t[2] if len(t) > 2 else i}", t[0], t[1]) for i, t in enumerate(tasks, 1)))
 
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
@@ -96,21 +98,26 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     _ex("ex07", "07-compaction.ipynb", "Compaction",
         ("Which records a cleaning keeps", ("should_retain_record",)),
         ("Group segments for cleaning", ("group_segments_by_size",)),
-        ("Compact a segment set", ("compact",))),
+        ("Compact a segment set", ("compact",)),
+        ("Which log the cleaner picks", ("choose_filthiest",))),
     _ex("ex08", "08-partitions-and-offsets.ipynb", "Topics, partitions and committed offsets",
         ("Java's String.hashCode", ("java_string_hashcode",)),
         ("The partition of a group", ("partition_for",)),
         ("Encode an offset commit", ("encode_offset_commit",)),
-        ("Decode an offset commit", ("decode_offset_commit",))),
+        ("Decode an offset commit", ("decode_offset_commit",)),
+        ("The partition of a key: murmur2", ("partition_for_key",), 6),
+        ("What a crash re-delivers or loses", ("after_crash",), 7)),
     _ex("ex09", "09-replication-hw.ipynb", "Replication: LEO and the high watermark",
         ("The leader's high watermark", ("leader_high_watermark",)),
         ("The follower's high watermark", ("follower_high_watermark",)),
         ("Is a follower caught up?", ("is_caught_up",)),
         ("May a follower join the ISR?", ("may_join_isr",)),
-        ("Duplicate or out of order?", ("classify_batch",))),
+        ("Duplicate or out of order?", ("classify_batch",)),
+        ("The acks decision", ("acks_decision",), 6)),
     _ex("ex10", "10-leader-epochs.ipynb", "Leader epochs and elections",
         ("Epoch lookup", ("end_offset_for",)),
-        ("The follower's truncation point", ("truncation_offset",))),
+        ("The follower's truncation point", ("truncation_offset",)),
+        ("The election decision: clean or unclean", ("elect_leader",))),
     _ex("ex11", "11-zero-copy.ipynb", "Zero-copy fetch",
         ("The byte range of a fetch", ("fetch_range",)),
         ("Serve it with sendfile", ("send_range",))),

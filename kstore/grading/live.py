@@ -329,15 +329,59 @@ def retention_rules(deletable_segments: Callable | None = None, retention_time_b
 
 
 def compaction(should_retain_record: Callable | None = None,
-               group_segments_by_size: Callable | None = None) -> list[Patch]:
-    """Ch. 07: the cleaner keeps records, and groups segments, by the learner's rules."""
+               group_segments_by_size: Callable | None = None,
+               choose_filthiest: Callable | None = None) -> list[Patch]:
+    """Ch. 07: the cleaner keeps records, groups segments, and picks the log to clean by the
+    learner's rules."""
     from .. import cleaner
     patches = []
+    if choose_filthiest is not None:
+        patches.append(Patch(cleaner, "choose_filthiest", choose_filthiest))
     if should_retain_record is not None:
         patches.append(Patch(cleaner, "should_retain_record", should_retain_record))
     if group_segments_by_size is not None:
         patches.append(Patch(cleaner, "group_segments_by_size", group_segments_by_size))
     return patches
+
+
+def cleaner_choices(root: str) -> tuple[dict[str, float], list[str]]:
+    """Four compacted logs with known dirty ratios — `even` exactly 0.5, `big` 0.75 with the most dirty
+    bytes, `small` 1.0, `lagging` 0.2 but older than its max.compaction.lag.ms — and the logs the
+    cleaner thread picks, round after round, until none qualifies."""
+    from ..clock import ManualClock
+    from ..log_manager import LogManager
+    clock = ManualClock(1_700_000_000_000)
+    logs = LogManager(root, {"segment.bytes": 1 << 20}, clock)
+    try:
+        def fill(name, clean, dirty, config=None):
+            log = logs.get_or_create_log(name, 0, {"cleanup.policy": "compact", **(config or {})})
+            for i in range(clean):                    # distinct keys: a cleaning keeps every byte
+                log.append([(f"c{i:03d}", "v" * 20)])
+            if clean:
+                log.roll()
+                logs.cleaner.clean_log(log)
+            for i in range(dirty):
+                log.append([(f"d{i:03d}", "v" * 20)])
+            log.roll()
+        fill("even", 4, 4)
+        fill("big", 4, 12)
+        fill("small", 0, 3)
+        fill("lagging", 8, 2, {"max.compaction.lag.ms": 5_000})
+        clock.advance(60_000)
+        ratios = {t.log.topic: round(t.cleanable_ratio, 3)
+                  for t in logs.cleaner.logs_to_clean(logs.logs().values())}
+        order = []
+        while len(order) < 6 and (done := logs.cleaner.clean_filthiest(logs.logs().values())) is not None:
+            order.append(done.log.topic)
+        return ratios, order
+    finally:
+        logs.shutdown()
+
+
+def key_partitioning(partition_for_key: Callable) -> list[Patch]:
+    """Ch. 08: the producer's partitioner places keyed records with the learner's function."""
+    from .. import partitioner
+    return [Patch(partitioner, "partition_for_key", partition_for_key)]
 
 
 def committed_offsets(partition_for: Callable | None = None, encode_offset_commit: Callable | None = None,
@@ -403,6 +447,43 @@ def replication_rules(leader_high_watermark: Callable | None = None, follower_hi
     return patches
 
 
+def acks_rules(acks_decision: Callable) -> list[Patch]:
+    """Ch. 09: leaders decide what to do with a produce request's `acks` by the learner's rule."""
+    from .. import partition as part_mod
+    return [Patch(part_mod, "acks_decision", acks_decision)]
+
+
+def acks_scenarios(root: str) -> dict:
+    """Three brokers. `t` (3 replicas, min.insync.replicas=2) and `single` (1 replica, min.insync 2):
+    which produce requests are answered at once, which wait for the followers, which are refused
+    once the followers stopped fetching."""
+    from ..clock import ManualClock
+    from ..cluster import Cluster
+    cluster = Cluster(root, num_brokers=3, clock=ManualClock(1_700_000_000_000))
+    out = {}
+    try:
+        cluster.create_topic("t", 1, 3, {"min.insync.replicas": 2})
+        cluster.create_topic("single", 1, 1, {"min.insync.replicas": 2})
+        one, every = cluster.produce("t", 0, ["a1"], acks=1), cluster.produce("t", 0, ["aall"], acks="all")
+        out["acks=1 done before replication"] = one.done and one.error is None
+        out["acks=all done before replication"] = every.done
+        cluster.replicate("t", rounds=2)
+        out["acks=all done after replication"] = every.done and every.error is None
+        single = cluster.produce("single", 0, ["s"], acks="all")
+        out["single acks=all"] = "ok" if single.done and single.error is None else type(single.error).__name__
+        cluster.produce("t", 0, ["lagging"], acks=1)
+        for _ in range(9):                         # the followers stop fetching: the ISR shrinks to [leader]
+            cluster.advance(5_000)
+        out["ISR after the followers stopped"] = cluster.isr("t")
+        refused = cluster.produce("t", 0, ["refused?"], acks="all")
+        out["acks=all with ISR below min"] = type(refused.error).__name__ if refused.error else "accepted"
+        still = cluster.produce("t", 0, ["still"], acks=1)
+        out["acks=1 with ISR below min"] = "ok" if still.done and still.error is None else type(still.error).__name__
+        return out
+    finally:
+        cluster.shutdown()
+
+
 def leader_epochs(end_offset_for: Callable | None = None, truncation_offset: Callable | None = None) -> list[Patch]:
     """Ch. 10: leaders answer OffsetsForLeaderEpoch, and followers truncate, with the learner's code."""
     from .. import replica_fetcher
@@ -416,6 +497,47 @@ def leader_epochs(end_offset_for: Callable | None = None, truncation_offset: Cal
     if truncation_offset is not None:
         patches.append(Patch(replica_fetcher, "truncation_offset", truncation_offset))
     return patches
+
+
+def elections(elect_leader: Callable) -> list[Patch]:
+    """Ch. 10: the controller decides every leader election with the learner's rule. The learner's
+    function returns (leader, "clean" | "unclean" | "offline"); the controller asks it the way it asks
+    its own `elect_leader`: first without, then (if the topic allows) with unclean election."""
+    from .. import controller
+
+    def decide(assignment, isr, live, unclean):
+        return elect_leader(list(assignment), list(isr), set(live), unclean)[0]
+    return [Patch(controller, "elect_leader", decide)]
+
+
+def election_scenarios(root: str) -> dict:
+    """Three brokers, three topics led by broker 0. `safe` and `risky` (unclean election allowed) have
+    followers that stopped fetching (ISR [0]); `c`'s followers are in sync. Broker 1 goes down, then
+    broker 0: `c` needs a clean election, `safe` must go offline, `risky` elects broker 2 uncleanly."""
+    from ..clock import ManualClock
+    from ..cluster import Cluster
+    cluster = Cluster(root, num_brokers=3, clock=ManualClock(1_700_000_000_000))
+    try:
+        cluster.create_topic("c", 1, 3)
+        cluster.create_topic("safe", 1, 3)
+        cluster.create_topic("risky", 1, 3, {"unclean.leader.election.enable": True})
+        for topic in ("c", "safe", "risky"):
+            cluster.produce(topic, 0, ["committed"], acks="all")
+        cluster.replicate(rounds=3)
+        for topic in ("safe", "risky"):       # followers stop fetching; the leader drops them from the ISR
+            cluster.produce(topic, 0, ["only on the leader"], acks=1)
+        for _ in range(9):
+            cluster.advance(5_000)
+        cluster.crash(1)                      # a follower of all three goes down
+        isr_before = {t: cluster.isr(t) for t in ("c", "safe", "risky")}
+        cluster.crash(0)                      # the leader of all three
+        out = {"isr_before": isr_before}
+        for topic in ("c", "safe", "risky"):
+            out[topic] = {"leader": cluster.leader(topic), "isr": cluster.isr(topic),
+                          "alive": cluster.leader(topic) in cluster.live_brokers()}
+        return out
+    finally:
+        cluster.shutdown()
 
 
 def kip101_scenario_1(root: str, truncation: str) -> dict:

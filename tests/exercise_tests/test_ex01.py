@@ -1,4 +1,4 @@
-"""Exercise 01 — varints, a record, a batch with its CRC (kafka-storage.md §1).
+"""Exercise 01 — varints, a record, a batch with its CRC (docs/kafka-storage-notes.md §1).
 
 The learner's functions are compared with kstore's own (`kstore.varint`, `kstore.records`) on the
 reference's fixed vectors (§1.6, §1.11) and, with hypothesis, on random inputs.

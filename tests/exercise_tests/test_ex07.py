@@ -251,3 +251,73 @@ def test_compact_matches_the_engine_cleaner(learner, spec):
     expect_equal(triples(learner.compact(list(records)) or []), engine_compact(records),
                  call=f"compact({[(r.offset, r.key, r.value) for r in records]!r})",
                  mistakes=compact_mistakes(records))
+
+
+# ------------------------------------------------------------------ ex07.4 choose_filthiest
+from kstore.cleaner import CleanableLog, choose_filthiest  # noqa: E402
+
+
+def filthiest_mistakes(logs):
+    def pick(ratio, eligible, key=None):
+        best, best_key = None, None
+        for log in logs:
+            total = log.clean_bytes + log.cleanable_bytes
+            if total == 0:
+                continue
+            r = ratio(log, total)
+            k = r if key is None else key(log)
+            if eligible(log, r) and (best_key is None or k > best_key):
+                best, best_key = log.name, k
+        return best
+
+    def kafka_ok(log, r):
+        return r > log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+    share = lambda log, total: log.cleanable_bytes / total  # noqa: E731
+    against_clean = lambda log, total: (log.cleanable_bytes / log.clean_bytes  # noqa: E731
+                                        if log.clean_bytes else float("inf"))
+    return [("a ratio equal to min.cleanable.dirty.ratio does not qualify: the ratio must be strictly greater",
+             pick(share, lambda log, r: r >= log.min_cleanable_ratio
+                  or (log.needs_compaction_now and log.cleanable_bytes > 0))),
+            ("the dirty ratio is cleanable / (clean + cleanable), the dirty share of the whole log, not "
+             "cleanable / clean", pick(against_clean, lambda log, r: r > log.min_cleanable_ratio
+                                      or (log.needs_compaction_now and log.cleanable_bytes > 0))),
+            ("the cleaner picks the highest dirty *ratio*, not the log with the most dirty bytes",
+             pick(share, kafka_ok, key=lambda log: log.cleanable_bytes)),
+            ("a log that max.compaction.lag.ms says must be compacted now is cleaned whatever its ratio "
+             "(if it has cleanable bytes)", pick(share, lambda log, r: r > log.min_cleanable_ratio))]
+
+
+def L(name, clean, cleanable, ratio=0.5, now=False):
+    return CleanableLog(name, clean, cleanable, ratio, now)
+
+
+FILTHIEST_VECTORS = [
+    ("dirtiest of two eligible", [L("a-0", 100, 300), L("b-0", 100, 900)]),
+    ("ratio exactly 0.5 does not qualify", [L("a-0", 500, 500)]),
+    ("ratio, not dirty bytes", [L("big-0", 9000, 10000), L("small-0", 10, 90)]),
+    ("ratio over the whole log", [L("a-0", 400, 600, 0.55), L("b-0", 0, 100, 0.99)]),
+    ("max.compaction.lag.ms forces a clean", [L("a-0", 900, 100, 0.5, True), L("b-0", 900, 0, 0.5, True)]),
+    ("an empty log is skipped", [L("empty-0", 0, 0, 0.0, True)]),
+    ("per-log min.cleanable.dirty.ratio", [L("a-0", 100, 900, 0.95), L("b-0", 300, 700, 0.1)]),
+    ("nothing qualifies", [L("a-0", 800, 200), L("b-0", 600, 400)]),
+]
+
+
+@task("ex07.4", points=6)
+@pytest.mark.parametrize("logs", [v[1] for v in FILTHIEST_VECTORS], ids=[v[0] for v in FILTHIEST_VECTORS])
+def test_choose_filthiest_vectors(learner, logs):
+    expect_equal(learner.choose_filthiest(list(logs)), choose_filthiest(list(logs)),
+                 call=f"choose_filthiest({list(logs)})", mistakes=filthiest_mistakes(logs))
+
+
+LOGS = st.lists(st.builds(CleanableLog, st.sampled_from(["a-0", "b-0", "c-1", "d-2"]), st.integers(0, 1000),
+                          st.integers(0, 1000), st.sampled_from([0.0, 0.1, 0.5, 0.75, 0.9]), st.booleans()),
+                max_size=5, unique_by=lambda log: log.name)
+
+
+@task("ex07.4", points=4)
+@PROPERTY
+@given(LOGS)
+def test_choose_filthiest_matches_the_cleaner_manager(learner, logs):
+    expect_equal(learner.choose_filthiest(list(logs)), choose_filthiest(list(logs)),
+                 call=f"choose_filthiest({logs})", mistakes=filthiest_mistakes(logs))

@@ -182,3 +182,90 @@ def test_extra_decode_offset_commit_value_v1_with_expire_timestamp(learner, key_
     expect_equal(learner.decode_offset_commit(key, value), ("old-group", "events", 3, 99, -1, "m", T),
                  call=f"decode_offset_commit(<key v{key_version}>, <value v1 with an expire timestamp>)",
                  normalize=lambda r: tuple(r) if isinstance(r, (list, tuple)) else r)
+
+
+# ------------------------------------------------------------------ ex08.6 partition_for_key (murmur2)
+from kstore.partitioner import murmur2, partition_for_key  # noqa: E402
+
+def key_partition_mistakes(key, n):
+    h = murmur2(key)
+    return [("Kafka's toPositive clears the sign bit (h & 0x7fffffff); abs() gives another partition for a "
+             "negative hash", abs(h) % n),
+            ("Python's % of the signed hash is never negative, but it is not Kafka's: apply toPositive "
+             "(h & 0x7fffffff) before % numPartitions", h % n if h < 0 else object()),
+            ("murmur2's seed is 0x9747b28c (Utils.murmur2)", (murmur2(key, seed=0) & 0x7FFFFFFF) % n)]
+
+
+KEY_VECTORS = [(b"21", 7), (b"foobar", 10), (b"a-little-bit-long-string", 6), (b"abc", 3), (b"alice", 3),
+               (b"bob", 4), (b"customer-42", 50), (b"", 5), (b"\xff\xfe\xfd", 12)]
+
+
+@task("ex08.6", points=6)
+@pytest.mark.parametrize("key, n", KEY_VECTORS, ids=[f"{k!r} % {n}" for k, n in KEY_VECTORS])
+def test_partition_for_key_vectors(learner, key, n):
+    expect_equal(learner.partition_for_key(key, n), partition_for_key(key, n),
+                 call=f"partition_for_key({key!r}, {n})", mistakes=key_partition_mistakes(key, n))
+
+
+@task("ex08.6", points=4)
+@PROPERTY
+@given(st.binary(max_size=40), st.integers(1, 100))
+def test_partition_for_key_matches_kafka_python(learner, key, n):
+    from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+    expected = (kafka_python_murmur2(key) & 0x7FFFFFFF) % n       # what kafka-python's producer does
+    assert partition_for_key(key, n) == expected
+    expect_equal(learner.partition_for_key(key, n), expected, call=f"partition_for_key({key!r}, {n})",
+                 mistakes=key_partition_mistakes(key, n))
+
+
+# ------------------------------------------------------------------ ex08.7 commit semantics
+def engine_after_crash(processed_up_to, committed_offset, reset_offset):
+    """Where the group resumes (the committed offset, or auto.offset.reset's offset without one), and
+    so which records are processed twice (at least once) and which never (at most once)."""
+    resume = reset_offset if committed_offset is None else committed_offset
+    return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
+
+
+def crash_mistakes(processed_up_to, committed_offset, reset_offset):
+    again, never = engine_after_crash(processed_up_to, committed_offset, reset_offset)
+    as_last = None if committed_offset is None else committed_offset + 1
+    return [("the committed offset is the **next** offset to read (last processed + 1): the group resumes "
+             "exactly there, not one after it",
+             engine_after_crash(processed_up_to, as_last, reset_offset) if as_last is not None else object()),
+            ("swapped: offsets from the resume point up to processed_up_to are processed **again** (at "
+             "least once); offsets from processed_up_to up to the resume point are **never** processed "
+             "(at most once)", (never, again)),
+            ("ranges are half-open: the record at the resume offset is re-read, the record at "
+             "processed_up_to was not processed yet",
+             (list(range(committed_offset or 0, processed_up_to + 1)), never)),
+            ("without a committed offset the group starts where auto.offset.reset says (reset_offset), "
+             "not at offset 0", engine_after_crash(processed_up_to, 0, reset_offset)
+             if committed_offset is None else object())]
+
+
+CRASH_VECTORS = [
+    ("commit after processing: nothing twice, nothing lost", (10, 10, 0)),
+    ("commit after poll, crash mid-batch: at most once", (5, 10, 0)),
+    ("commit before processing the rest: at least once", (7, 3, 0)),
+    ("no commit, earliest: all again", (6, None, 0)),
+    ("no commit, latest: skipped to the end", (6, None, 20)),
+    ("commit at the log start", (3, 0, 0)),
+]
+
+
+@task("ex08.7", points=6)
+@pytest.mark.parametrize("args", [v[1] for v in CRASH_VECTORS], ids=[v[0] for v in CRASH_VECTORS])
+def test_after_crash_vectors(learner, args):
+    got = learner.after_crash(*args)
+    expect_equal((list(got[0]), list(got[1])), engine_after_crash(*args), call=f"after_crash{args}",
+                 mistakes=crash_mistakes(*args))
+
+
+@task("ex08.7", points=4)
+@PROPERTY
+@given(st.integers(0, 60), st.one_of(st.none(), st.integers(0, 60)), st.integers(0, 60))
+def test_after_crash_matches_the_consumer(learner, processed, committed, reset):
+    got = learner.after_crash(processed, committed, reset)
+    expect_equal((list(got[0]), list(got[1])), engine_after_crash(processed, committed, reset),
+                 call=f"after_crash({processed}, {committed}, {reset})",
+                 mistakes=crash_mistakes(processed, committed, reset))

@@ -273,3 +273,53 @@ def test_classify_batch_matches_the_engine(learner, case):
                  engine_classify(*case),
                  call="classify_batch(cached={}, current_epoch={}, producer_epoch={}, first_seq={}, "
                       "last_seq={})".format(*case), mistakes=classify_mistakes(*case))
+# ------------------------------------------------------------------ ex09.6 the acks decision
+ACKS_OUTCOMES = {engine.ACKS_INVALID, engine.ACKS_REFUSED, engine.ACKS_NO_RESPONSE, engine.ACKS_AT_ONCE,
+                 engine.ACKS_WHEN_REPLICATED}
+
+
+def acks_mistakes(acks, isr_size, min_isr, rf):
+    under_min = isr_size < min_isr
+    under_effective = isr_size < min(min_isr, rf)
+    return [("min.insync.replicas only matters for acks=all (-1): acks=0 and acks=1 never wait for or check "
+             "the ISR", engine.ACKS_REFUSED if acks in (0, 1) and under_effective else object()),
+            ("acks=1 is answered after the leader's own append, without waiting for the followers",
+             engine.ACKS_WHEN_REPLICATED if acks == 1 else object()),
+            ("the ISR is compared with min(min.insync.replicas, replication factor): a topic with fewer "
+             "replicas than min.insync.replicas still takes acks=all writes",
+             engine.ACKS_REFUSED if acks == -1 and under_min and not under_effective else object()),
+            ("with too few in-sync replicas an acks=all write is refused (NOT_ENOUGH_REPLICAS) before "
+             "anything is written", engine.ACKS_WHEN_REPLICATED if acks == -1 and under_effective else object()),
+            ("acks=0 gets no response at all, not an answer after the append",
+             engine.ACKS_AT_ONCE if acks == 0 else object()),
+            ("only 0, 1 and -1 (all) are legal: anything else is INVALID_REQUIRED_ACKS",
+             lambda a: acks not in (0, 1, -1) and a != engine.ACKS_INVALID)]
+
+
+ACKS_VECTORS = [
+    ("acks=0", (0, 3, 2, 3)), ("acks=1", (1, 3, 2, 3)), ("acks=all, ISR full", (-1, 3, 2, 3)),
+    ("acks=all, ISR at the minimum", (-1, 2, 2, 3)), ("acks=all, ISR below the minimum", (-1, 1, 2, 3)),
+    ("acks=1, ISR below the minimum", (1, 1, 2, 3)), ("acks=0, ISR below the minimum", (0, 1, 3, 3)),
+    ("acks=all, min.insync above the replication factor", (-1, 1, 2, 1)),
+    ("acks=all, default min.insync.replicas=1", (-1, 1, 1, 3)),
+    ("acks=2", (2, 3, 2, 3)), ("acks=-2", (-2, 3, 1, 3)),
+]
+
+
+@task("ex09.6", points=6)
+@pytest.mark.parametrize("args", [v[1] for v in ACKS_VECTORS], ids=[v[0] for v in ACKS_VECTORS])
+def test_acks_decision_vectors(learner, args):
+    expect_equal(learner.acks_decision(*args), engine.acks_decision(*args),
+                 call=f"acks_decision{args}", mistakes=acks_mistakes(*args))
+
+
+@task("ex09.6", points=4)
+@PROPERTY
+@given(st.sampled_from([0, 1, -1, 2, -2, 100]), st.integers(0, 5), st.integers(1, 5), st.integers(1, 5))
+def test_acks_decision_matches_the_leader(learner, acks, isr_size, min_isr, rf):
+    assume(isr_size <= rf)
+    expected = engine.acks_decision(acks, isr_size, min_isr, rf)
+    assert expected in ACKS_OUTCOMES
+    expect_equal(learner.acks_decision(acks, isr_size, min_isr, rf), expected,
+                 call=f"acks_decision({acks}, {isr_size}, {min_isr}, {rf})",
+                 mistakes=acks_mistakes(acks, isr_size, min_isr, rf))

@@ -114,3 +114,60 @@ def test_truncation_offset_matches_the_engine(learner, epoch, end, own, leo, hw)
     expect_equal(learner.truncation_offset(*args), engine_truncation(*args),
                  call="truncation_offset({}, {}, {}, {}, {})".format(*args),
                  mistakes=truncation_mistakes(args), normalize=lambda r: tuple(r) if isinstance(r, list) else r)
+
+
+# ------------------------------------------------------------------ ex10.3 the election decision
+def engine_election(assignment, isr, live, unclean_enabled):
+    """(leader, "clean" | "unclean" | "offline"), from the controller's own rule."""
+    from kstore.controller import elect_leader
+    leader = elect_leader(list(assignment), list(isr), set(live), unclean_enabled)
+    if leader is None:
+        return (None, "offline")
+    return (leader, "clean" if leader in isr else "unclean")
+
+
+def election_mistakes(assignment, isr, live, unclean_enabled):
+    live_isr = [b for b in isr if b in live]
+    first_live = next((b for b in assignment if b in live), None)
+    return [("the new leader is the first live ISR member in **assignment** order (the replica list), "
+             "not the first of the ISR list", (live_isr[0], "clean") if live_isr else object()),
+            ("an ISR member that is down cannot lead: only live replicas are candidates",
+             (next((b for b in assignment if b in isr), None), "clean")),
+            ("unclean.leader.election.enable is false here: with no live ISR member the partition goes "
+             "offline (None, 'offline') instead of electing an out-of-sync replica",
+             (first_live, "unclean") if not unclean_enabled and not live_isr else object()),
+            ("a live ISR member exists, so the election is clean; an out-of-sync replica may lead only when "
+             "no ISR member is alive", (first_live, "unclean") if live_isr else object())]
+
+
+ELECTION_VECTORS = [
+    ("leader dies, next ISR member", ([0, 1, 2], [0, 1, 2], {1, 2}, False)),
+    ("assignment order, not ISR order", ([2, 0, 1], [0, 1, 2], {0, 1, 2}, False)),
+    ("ISR member down, next one", ([0, 1, 2], [0, 2], {1, 2}, False)),
+    ("no live ISR member, unclean off → offline", ([0, 1, 2], [0], {1, 2}, False)),
+    ("no live ISR member, unclean on → unclean", ([0, 1, 2], [0], {1, 2}, True)),
+    ("unclean on but a live ISR member exists", ([0, 1, 2], [2], {1, 2}, True)),
+    ("everyone down", ([0, 1, 2], [0, 1, 2], set(), True)),
+]
+
+
+@task("ex10.3", points=6)
+@pytest.mark.parametrize("args", [v[1] for v in ELECTION_VECTORS], ids=[v[0] for v in ELECTION_VECTORS])
+def test_election_vectors(learner, args):
+    assignment, isr, live, unclean = args
+    expect_equal(tuple(learner.elect_leader(list(assignment), list(isr), set(live), unclean)),
+                 engine_election(*args),
+                 call=f"elect_leader({assignment}, {isr}, {sorted(live)}, unclean={unclean})",
+                 mistakes=election_mistakes(*args))
+
+
+@task("ex10.3", points=4)
+@PROPERTY
+@given(st.permutations([0, 1, 2, 3]), st.permutations([0, 1, 2, 3]), st.integers(1, 4), st.sets(st.integers(0, 3)),
+       st.booleans())
+def test_election_matches_the_controller(learner, assignment, joined, isr_size, live, unclean):
+    isr = list(joined[:isr_size])             # Kafka lists the ISR in the order replicas (re)joined
+    expected = engine_election(assignment, isr, live, unclean)
+    expect_equal(tuple(learner.elect_leader(list(assignment), list(isr), set(live), unclean)), expected,
+                 call=f"elect_leader({assignment}, {isr}, {sorted(live)}, unclean={unclean})",
+                 mistakes=election_mistakes(assignment, isr, live, unclean))

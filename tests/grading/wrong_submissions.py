@@ -195,4 +195,165 @@ def truncation_offset(leader_epoch, leader_end_offset, own_end_offset_for_epoch,
 def send_range(sock, file_fd, position, count):
     return os.sendfile(sock.fileno(), file_fd, position, count)
 ''', "loop until all"),
+    "election-first-of-isr-list": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in isr:                                  # ISR order instead of assignment order
+        if broker in live:
+            return (broker, "clean")
+    if unclean_enabled:
+        for broker in assignment:
+            if broker in live:
+                return (broker, "unclean")
+    return (None, "offline")
+''', "assignment** order"),
+    "election-unclean-ignores-the-flag": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in assignment:
+        if broker in live and broker in isr:
+            return (broker, "clean")
+    for broker in assignment:                           # availability first, whatever the config says
+        if broker in live:
+            return (broker, "unclean")
+    return (None, "offline")
+''', "unclean.leader.election.enable is false"),
+    "election-dead-isr-member": ("ex10.3", '''
+def elect_leader(assignment, isr, live, unclean_enabled):
+    for broker in assignment:
+        if broker in isr:                               # forgot to check that it is alive
+            return (broker, "clean")
+    if unclean_enabled:
+        for broker in assignment:
+            if broker in live:
+                return (broker, "unclean")
+    return (None, "offline")
+''', "cannot lead"),
+    "filthiest-ratio-at-least-the-minimum": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, best_ratio = None, -1.0
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        eligible = ratio >= log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+        if eligible and ratio > best_ratio:
+            best, best_ratio = log.name, ratio
+    return best
+''', "strictly greater"),
+    "filthiest-by-dirty-bytes": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, most = None, -1
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        eligible = ratio > log.min_cleanable_ratio or (log.needs_compaction_now and log.cleanable_bytes > 0)
+        if eligible and log.cleanable_bytes > most:          # the most dirty bytes
+            best, most = log.name, log.cleanable_bytes
+    return best
+''', "not the log with the most dirty bytes"),
+    "filthiest-ignores-max-compaction-lag": ("ex07.4", '''
+def choose_filthiest(logs):
+    best, best_ratio = None, -1.0
+    for log in logs:
+        total = log.clean_bytes + log.cleanable_bytes
+        if total == 0:
+            continue
+        ratio = log.cleanable_bytes / total
+        if ratio > log.min_cleanable_ratio and ratio > best_ratio:
+            best, best_ratio = log.name, ratio
+    return best
+''', "max.compaction.lag.ms says must be compacted now"),
+    "key-partition-with-abs": ("ex08.6", '''
+from kstore.partitioner import murmur2           # Kafka's hash, right; the step after it is wrong
+
+
+def partition_for_key(key, num_partitions):
+    return abs(murmur2(key)) % num_partitions    # abs instead of toPositive
+''', "abs() gives another partition"),
+    "key-partition-seed-zero": ("ex08.6", '''
+from kstore.partitioner import murmur2
+
+
+def partition_for_key(key, num_partitions):
+    return (murmur2(key, seed=0) & 0x7FFFFFFF) % num_partitions
+''', "seed is 0x9747b28c"),
+    "key-partition-signed-modulo": ("ex08.6", '''
+from kstore.partitioner import murmur2
+
+
+def partition_for_key(key, num_partitions):
+    return murmur2(key) % num_partitions         # Python's % hides the sign; no toPositive
+''', "apply toPositive"),
+    "crash-resumes-after-the-committed-offset": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = reset_offset if committed_offset is None else committed_offset + 1   # "last processed"
+    return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
+''', "the **next** offset to read"),
+    "crash-twice-and-never-swapped": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = reset_offset if committed_offset is None else committed_offset
+    return list(range(processed_up_to, resume)), list(range(resume, processed_up_to))
+''', "swapped"),
+    "crash-without-commit-starts-at-zero": ("ex08.7", '''
+def after_crash(processed_up_to, committed_offset, reset_offset):
+    resume = 0 if committed_offset is None else committed_offset        # ignores auto.offset.reset
+    return list(range(resume, processed_up_to)), list(range(processed_up_to, resume))
+''', "where auto.offset.reset says"),
+    "acks-one-waits-for-the-isr": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_WHEN_REPLICATED                     # waits like acks=all
+    if isr_size < min(min_insync_replicas, replication_factor):
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "acks=1 is answered after the leader's own append"),
+    "acks-all-ignores-min-isr": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    return ACKS_WHEN_REPLICATED                         # never refused
+''', "refused (NOT_ENOUGH_REPLICAS) before"),
+    "acks-min-isr-without-replication-factor": ("ex09.6", '''
+ACKS_INVALID = "INVALID_REQUIRED_ACKS"
+ACKS_REFUSED = "NOT_ENOUGH_REPLICAS"
+ACKS_NO_RESPONSE = "append, no response"
+ACKS_AT_ONCE = "append, answer at once"
+ACKS_WHEN_REPLICATED = "append, answer when the ISR has it"
+
+
+def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
+    if acks not in (0, 1, -1):
+        return ACKS_INVALID
+    if acks == 0:
+        return ACKS_NO_RESPONSE
+    if acks == 1:
+        return ACKS_AT_ONCE
+    if isr_size < min_insync_replicas:                  # not capped by the replication factor
+        return ACKS_REFUSED
+    return ACKS_WHEN_REPLICATED
+''', "min(min.insync.replicas, replication factor)"),
 }

@@ -329,8 +329,7 @@ class GroupMembership:
             member.awaiting_sync({"error_code": E["UNKNOWN_MEMBER_ID"], "assignment": b""})
         if group.is_in(STABLE, COMPLETING_REBALANCE):
             self._prepare_rebalance(group)
-        elif group.is_in(PREPARING_REBALANCE):
-            self._try_complete_join(group)
+        self._try_complete_join(group)   # e.g. the last member left: the group is Empty now
 
     # ------------------------------------------------------------------ timers
     def tick(self) -> None:

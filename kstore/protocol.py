@@ -571,7 +571,7 @@ _LEAVE_GROUP_RESPONSE = (
     F("error_code", "int16", "0+"),
     F("members", "[]MemberResponse", "3+",
       F("member_id", "string", "3+"),
-      F("group_instance_id", "string", "3+", nullable="3+", default=None),
+      F("group_instance_id", "string", "3+", nullable="3+"),
       F("error_code", "int16", "3+")),
 )
 _DESCRIBE_GROUPS_REQUEST = (

@@ -170,6 +170,13 @@ class GroupCoordinator:
             return group.state
         return EMPTY if group_id in self._cache else "Dead"
 
+    def describe_group(self, group_id: str):
+        """The group's state and members (GroupDescription), as DescribeGroups answers."""
+        from .group_metadata import describe_group
+        state = self.group_state(group_id)
+        return describe_group(self.membership.group(group_id), group_id, state,
+                              self.broker.broker_id)
+
     def delete_group(self, group_id: str) -> None:
         """DeleteGroups: tombstones for the group and all its offsets; refused while it has
         members (NON_EMPTY_GROUP) and for a group this coordinator does not know."""

@@ -173,3 +173,59 @@ class GroupMetadata:
             except (KeyError, ValueError):
                 return None
         return topics
+
+
+# ---- what DescribeGroups shows (and the consumer-groups tool prints)
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: int
+    members: list[MemberDescription]
+
+
+def _assigned(data: bytes, consumer: bool) -> list[tuple[str, int]]:
+    from .consumer_protocol import decode_assignment
+    if not consumer or not data:
+        return []
+    try:
+        return decode_assignment(data).partitions
+    except ValueError:
+        return []
+
+
+def describe_group(group: GroupMetadata | None, group_id: str, state: str,
+                   coordinator: int) -> GroupDescription:
+    """A group as DescribeGroups shows it (assignments only once the group is Stable)."""
+    if group is None:
+        return GroupDescription(group_id, state, "", "", coordinator, [])
+    stable = group.state == STABLE
+    consumer = group.protocol_type == "consumer"
+    return GroupDescription(group_id, state, group.protocol_type or "",
+                            (group.protocol_name or "") if stable else "", coordinator,
+                            [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                               m.client_host,
+                                               _assigned(m.assignment, consumer) if stable else [])
+                             for m in group.members.values()])
+
+
+def describe_described_group(entry: dict, coordinator: int) -> GroupDescription:
+    """The same from a DescribeGroups response entry (the network tools)."""
+    consumer = entry["protocol_type"] == "consumer"
+    return GroupDescription(entry["group_id"], entry["group_state"], entry["protocol_type"],
+                            entry["protocol_data"], coordinator,
+                            [MemberDescription(m["member_id"], m["group_instance_id"], m["client_id"],
+                                               m["client_host"],
+                                               _assigned(m["member_assignment"], consumer))
+                             for m in entry["members"]])

@@ -238,3 +238,90 @@ def test_kcat_balanced_consumer(server):
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
     assert sorted(int(line.split()[2]) for line in second.stdout.splitlines()) == list(range(80, 88))
+
+
+# ---- the consumer-groups tool and `kstore consume --group` against live members
+def kstore(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True,
+                            text=True, timeout=timeout, cwd=ROOT)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kstore {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def test_consumer_groups_tool_describes_resets_and_deletes(server):
+    topic, group = new_topic(server, 40), "tool-group"
+    where = ["--bootstrap-server", server.bootstrap]
+    a, b = KafkaPythonMember(server.bootstrap, group, topic), KafkaPythonMember(server.bootstrap, group, topic)
+    seen: dict = {}
+    try:
+        poll_until([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 2 and len(seen) == 40,
+                   seen, 60, "two members reading everything")
+        members = rows(kstore("consumer-groups", *where, "--describe", "--group", group,
+                              "--members", "--verbose").stdout)
+        assert members[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert sorted(r[4] for r in members[1:]) == ["2", "2"]
+        assert all(r[2] == "/127.0.0.1" and r[1].startswith(r[3] + "-") for r in members[1:])
+        state = rows(kstore("consumer-groups", *where, "--describe", "--group", group, "--state").stdout)
+        assert state[1][0] == group and state[1][-3:] == ["range", "Stable", "2"]
+        offsets = rows(kstore("consumer-groups", *where, "--describe", "--group", group).stdout)
+        ids = {r[1]: r for r in members[1:]}
+        assert len(offsets) == 5 and all(r[3] == "10" and r[5] == "0" and r[6] in ids for r in offsets[1:])
+        refused = kstore("consumer-groups", *where, "--reset-offsets", "--group", group,
+                         "--all-topics", "--to-earliest", "--execute", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == (f"Error: Assignments can only be reset if the group "
+                                          f"'{group}' is inactive, but the current state is Stable.")
+        deleted = kstore("consumer-groups", *where, "--delete", "--group", group, check=False)
+        assert deleted.returncode == 1 and "The group is not empty." in deleted.stderr
+    finally:
+        a.close()
+        b.close()
+    dry = kstore("consumer-groups", *where, "--reset-offsets", "--group", group, "--topic",
+                 f"{topic}:0,1", "--to-offset", "3", "--dry-run")
+    assert rows(dry.stdout)[1:] == [[group, topic, "0", "3"], [group, topic, "1", "3"]]
+    assert "has no active members" not in dry.stdout
+    described = rows(kstore("consumer-groups", *where, "--describe", "--group", group).stdout)
+    assert [r[3] for r in described[1:]] == ["10"] * 4          # a dry run changes nothing
+    kstore("consumer-groups", *where, "--reset-offsets", "--group", group, "--all-topics",
+           "--to-earliest", "--execute")
+    described = rows(kstore("consumer-groups", *where, "--describe", "--group", group).stdout)
+    assert [(r[3], r[5], r[6]) for r in described[1:]] == [("0", "10", "-")] * 4
+    kstore("consumer-groups", *where, "--reset-offsets", "--group", group, "--topic", topic,
+           "--to-datetime", "2000-01-01T00:00:00.000", "--execute")
+    kstore("consumer-groups", *where, "--reset-offsets", "--group", group, "--topic", topic,
+           "--to-latest", "--execute")
+    described = rows(kstore("consumer-groups", *where, "--describe", "--group", group).stdout)
+    assert [(r[3], r[5]) for r in described[1:]] == [("10", "0")] * 4
+    assert kstore("consumer-groups", *where, "--delete", "--group", group).stdout.strip() == \
+        f"Deletion of requested consumer groups ('{group}') was successful."
+    assert group not in kstore("consumer-groups", *where, "--list").stdout.split()
+
+
+def test_kstore_consume_with_a_group_subscribes(server):
+    """Two `kstore consume --group` processes share the topic: each gets two partitions (the
+    leader's range assignment), together they print every record once."""
+    topic, group = new_topic(server, 80), "cli-group"
+    cmd = [sys.executable, "-m", "kstore", "consume", "--bootstrap-server", server.bootstrap,
+           "--topic", topic, "--group", group, "--from-beginning", "--timeout-ms", "8000",
+           "--property", "print.partition=true"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    members = []
+    while time.monotonic() < deadline:
+        members = rows(kstore("consumer-groups", "--bootstrap-server", server.bootstrap,
+                              "--describe", "--group", group, "--members", check=False).stdout)[1:]
+        if len(members) == 2 and sorted(r[4] for r in members) == ["2", "2"]:
+            break
+        time.sleep(0.5)
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert sorted(r[4] for r in members) == ["2", "2"], members
+    lines = [line.split() for out in outs for line in out.splitlines()]
+    assert sorted(int(v) for _, v in lines) == list(range(80))      # every record, once
+    by_process = [{line.split()[0] for line in out.splitlines()} for out in outs]
+    assert not (by_process[0] & by_process[1])                      # disjoint partitions

@@ -80,7 +80,8 @@ class GroupCoordinator:
         self._lock = threading.RLock()
         self._cache: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self._loaded_epochs: dict[int, int] = {}
-        self.membership = GroupMembership(self.clock, broker.config, store=self._store_group)
+        self.membership = GroupMembership(self.clock, broker.config, store=self._store_group,
+                                          events=broker.events)
         self._ensure_offsets_topic()
         self.loaded_records = sum(self._load_partition(p) for p in range(self.num_partitions)
                                   if self._leads(p))

@@ -40,8 +40,9 @@ class GroupMembership:
     """All classic groups of one coordinator; `store(group)` persists a group's metadata."""
 
     def __init__(self, clock, config, store: Callable[[GroupMetadata], None] | None = None,
-                 new_uuid: Callable[[], str] = lambda: str(uuid.uuid4())):
+                 new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()), events=None):
         self.clock = clock
+        self.events = events        # an EventBus: a "group" event when a group visibly changes
         self.config = config        # a mapping of the group.* broker configs
         self.store = store or (lambda group: None)
         self.new_uuid = new_uuid
@@ -54,28 +55,51 @@ class GroupMembership:
     def group(self, group_id: str) -> GroupMetadata | None:
         return self.groups.get(group_id)
 
+    # ---- "group" events for the views (state, generation, leader, members, assignments)
+    def _snapshot(self) -> dict:
+        return {gid: (g.state, g.generation_id, g.leader_id,
+                      tuple((m.member_id, m.assignment) for m in g.members.values()))
+                for gid, g in self.groups.items()}
+
+    def _notify(self, before: dict) -> None:
+        if self.events is None:
+            return
+        after = self._snapshot()
+        for gid in sorted(set(before) | set(after)):
+            if before.get(gid) != after.get(gid):
+                state = after[gid][0] if gid in after else DEAD
+                self.events.emit("group", gid, state=state,
+                                 generation=after[gid][1] if gid in after else -1)
+
     # ------------------------------------------------------------------ JoinGroup
     def join_group(self, request: dict, client_id: str, client_host: str, version: int,
                    answer: Callback) -> None:
         with self.lock:
-            error = self._validate_join(request)
-            if error is not None:
-                return answer(self._join_error(error, request.get("member_id", "")))
-            group = self.groups.get(request["group_id"])
-            if group is None or group.is_in(DEAD):
-                group = self.groups[request["group_id"]] = GroupMetadata(request["group_id"],
-                                                                         state_timestamp=self._now())
-            protocols = [(p["name"], bytes(p["metadata"])) for p in request["protocols"]]
-            if not group.supports(request["protocol_type"], protocols):
-                return answer(self._join_error("INCONSISTENT_GROUP_PROTOCOL", request["member_id"]))
-            if len(group.members) >= self.config["group.max.size"] and \
-                    request["member_id"] not in group.members:
-                return answer(self._join_error("GROUP_MAX_SIZE_REACHED", request["member_id"]))
-            if not request["member_id"]:
-                self._join_unknown(group, request, protocols, client_id, client_host, version, answer)
-            else:
-                self._join_known(group, request, protocols, client_id, client_host, answer)
-            self._try_complete_join(group)
+            before = self._snapshot()
+            try:
+                self._join_group(request, client_id, client_host, version, answer)
+            finally:
+                self._notify(before)
+
+    def _join_group(self, request, client_id, client_host, version, answer) -> None:
+        error = self._validate_join(request)
+        if error is not None:
+            return answer(self._join_error(error, request.get("member_id", "")))
+        group = self.groups.get(request["group_id"])
+        if group is None or group.is_in(DEAD):
+            group = self.groups[request["group_id"]] = GroupMetadata(request["group_id"],
+                                                                     state_timestamp=self._now())
+        protocols = [(p["name"], bytes(p["metadata"])) for p in request["protocols"]]
+        if not group.supports(request["protocol_type"], protocols):
+            return answer(self._join_error("INCONSISTENT_GROUP_PROTOCOL", request["member_id"]))
+        if len(group.members) >= self.config["group.max.size"] and \
+                request["member_id"] not in group.members:
+            return answer(self._join_error("GROUP_MAX_SIZE_REACHED", request["member_id"]))
+        if not request["member_id"]:
+            self._join_unknown(group, request, protocols, client_id, client_host, version, answer)
+        else:
+            self._join_known(group, request, protocols, client_id, client_host, answer)
+        self._try_complete_join(group)
 
     def _validate_join(self, request: dict) -> str | None:
         if not request["group_id"]:
@@ -243,22 +267,29 @@ class GroupMembership:
     # ------------------------------------------------------------------ SyncGroup
     def sync_group(self, request: dict, answer: Callback) -> None:
         with self.lock:
-            group = self.groups.get(request["group_id"])
-            error = self._check_generation(group, request)
-            if error is None and group.is_in(PREPARING_REBALANCE):
-                error = "REBALANCE_IN_PROGRESS"
-            if error is not None:
-                return answer({"error_code": E[error], "assignment": b""})
-            member = group.members[request["member_id"]]
-            if group.is_in(STABLE):
-                return answer({"error_code": 0, "assignment": member.assignment})
-            member.awaiting_sync = answer
-            member.heartbeat_deadline = self._now() + member.session_timeout_ms
-            if member.member_id == group.leader_id:
-                assignments = {a["member_id"]: bytes(a["assignment"]) for a in request["assignments"]}
-                for m in group.members.values():
-                    m.assignment = assignments.get(m.member_id, b"")
-                self._complete_sync(group)
+            before = self._snapshot()
+            try:
+                self._sync_group(request, answer)
+            finally:
+                self._notify(before)
+
+    def _sync_group(self, request: dict, answer: Callback) -> None:
+        group = self.groups.get(request["group_id"])
+        error = self._check_generation(group, request)
+        if error is None and group.is_in(PREPARING_REBALANCE):
+            error = "REBALANCE_IN_PROGRESS"
+        if error is not None:
+            return answer({"error_code": E[error], "assignment": b""})
+        member = group.members[request["member_id"]]
+        if group.is_in(STABLE):
+            return answer({"error_code": 0, "assignment": member.assignment})
+        member.awaiting_sync = answer
+        member.heartbeat_deadline = self._now() + member.session_timeout_ms
+        if member.member_id == group.leader_id:
+            assignments = {a["member_id"]: bytes(a["assignment"]) for a in request["assignments"]}
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            self._complete_sync(group)
 
     def _complete_sync(self, group: GroupMetadata) -> None:
         self.store(group)
@@ -296,30 +327,37 @@ class GroupMembership:
     def leave_group(self, group_id: str, members: list[dict]) -> list[dict]:
         """Each {"member_id", "group_instance_id"} leaves; returns one answer per member."""
         with self.lock:
-            group = self.groups.get(group_id)
-            results = []
-            for identity in members:
-                member_id, instance_id = identity["member_id"], identity.get("group_instance_id")
-                error = None
-                if group is None or group.is_in(DEAD):
+            before = self._snapshot()
+            try:
+                return self._leave_group(group_id, members)
+            finally:
+                self._notify(before)
+
+    def _leave_group(self, group_id: str, members: list[dict]) -> list[dict]:
+        group = self.groups.get(group_id)
+        results = []
+        for identity in members:
+            member_id, instance_id = identity["member_id"], identity.get("group_instance_id")
+            error = None
+            if group is None or group.is_in(DEAD):
+                error = "UNKNOWN_MEMBER_ID"
+            elif instance_id is not None:
+                current = group.static_members.get(instance_id)
+                if current is None:
                     error = "UNKNOWN_MEMBER_ID"
-                elif instance_id is not None:
-                    current = group.static_members.get(instance_id)
-                    if current is None:
-                        error = "UNKNOWN_MEMBER_ID"
-                    elif member_id and member_id != current:
-                        error = "FENCED_INSTANCE_ID"
-                    else:
-                        member_id = current
-                elif member_id not in group.members:
-                    error = "UNKNOWN_MEMBER_ID" if member_id not in group.pending_members else None
-                if error is None and group is not None:
-                    group.pending_members.pop(member_id, None)
-                    if member_id in group.members:
-                        self._remove_member(group, member_id)
-                results.append({"member_id": member_id, "group_instance_id": instance_id,
-                                "error_code": E[error] if error else 0})
-            return results
+                elif member_id and member_id != current:
+                    error = "FENCED_INSTANCE_ID"
+                else:
+                    member_id = current
+            elif member_id not in group.members:
+                error = "UNKNOWN_MEMBER_ID" if member_id not in group.pending_members else None
+            if error is None and group is not None:
+                group.pending_members.pop(member_id, None)
+                if member_id in group.members:
+                    self._remove_member(group, member_id)
+            results.append({"member_id": member_id, "group_instance_id": instance_id,
+                            "error_code": E[error] if error else 0})
+        return results
 
     def _remove_member(self, group: GroupMetadata, member_id: str) -> None:
         member = group.remove(member_id)
@@ -335,22 +373,29 @@ class GroupMembership:
     def tick(self) -> None:
         """Expire sessions and finish rebalances whose time is up (the purgatories' timers)."""
         with self.lock:
-            now = self._now()
-            for group in list(self.groups.values()):
-                for member_id, deadline in list(group.pending_members.items()):
-                    if now >= deadline:
-                        del group.pending_members[member_id]
-                for member in list(group.members.values()):
-                    waiting = member.awaiting_join is not None or member.awaiting_sync is not None
-                    if not waiting and now >= member.heartbeat_deadline:
-                        self._remove_member(group, member.member_id)   # session expired
-                if group.is_in(COMPLETING_REBALANCE) and group.sync_deadline is not None \
-                        and now >= group.sync_deadline:
-                    # the leader never sent the assignment: drop who did not sync, start over
-                    for member in [m for m in group.members.values() if m.awaiting_sync is None]:
-                        group.remove(member.member_id)
-                    self._prepare_rebalance(group)
-                self._try_complete_join(group)
+            before = self._snapshot()
+            try:
+                self._tick()
+            finally:
+                self._notify(before)
+
+    def _tick(self) -> None:
+        now = self._now()
+        for group in list(self.groups.values()):
+            for member_id, deadline in list(group.pending_members.items()):
+                if now >= deadline:
+                    del group.pending_members[member_id]
+            for member in list(group.members.values()):
+                waiting = member.awaiting_join is not None or member.awaiting_sync is not None
+                if not waiting and now >= member.heartbeat_deadline:
+                    self._remove_member(group, member.member_id)   # session expired
+            if group.is_in(COMPLETING_REBALANCE) and group.sync_deadline is not None \
+                    and now >= group.sync_deadline:
+                # the leader never sent the assignment: drop who did not sync, start over
+                for member in [m for m in group.members.values() if m.awaiting_sync is None]:
+                    group.remove(member.member_id)
+                self._prepare_rebalance(group)
+            self._try_complete_join(group)
 
     def next_deadline(self) -> int | None:
         """The earliest clock time at which `tick()` has something to do (for the course)."""

@@ -345,3 +345,34 @@ def test_state_machine_against_model(ops):
             assert group.leader_id in group.members
         if group.state == "Empty":
             assert not group.members
+
+
+def test_a_newly_elected_coordinator_reloads_the_group(tmp_path, clock):
+    """In a 3-broker cluster the group lives on the leader of its __consumer_offsets partition;
+    that broker crashes, another is elected, and its coordinator knows the group — generation,
+    leader, members and their assignments — from the replicated GroupMetadata record."""
+    from kstore.cluster import Cluster
+    from kstore.coordinator_records import partition_for
+    with Cluster(str(tmp_path / "cluster"), 3, clock=clock,
+                 broker_config={"group.initial.rebalance.delay.ms": 0}) as cluster:
+        cluster.create_topic("t", 2, 3)
+        first = cluster.brokers[0].group_coordinator       # creates __consumer_offsets
+        p = partition_for("g", first.num_partitions)
+        old = cluster.brokers[cluster.leader("__consumer_offsets", p)]
+        gm = old.group_coordinator.membership
+        a, b = Member(gm, "c1"), Member(gm, "c2")
+        a.join()
+        gm.tick()
+        b.join()
+        a.join()
+        a.sync({a.member_id: [("t", 0)], b.member_id: [("t", 1)]})
+        cluster.replicate(rounds=3)
+        cluster.crash(old.broker_id)
+        new = cluster.brokers[cluster.leader("__consumer_offsets", p)]
+        assert new is not old
+        state = new.group_coordinator.group_state("g")     # first use: replays the partition
+        group = new.group_coordinator.membership.group("g")
+        assert state == "Stable" and group.generation_id == 2 and group.leader_id == a.member_id
+        assert decode_assignment(group.members[b.member_id].assignment).partitions == [("t", 1)]
+        b.gm = new.group_coordinator.membership           # b carries on at the new coordinator
+        assert b.heartbeat() == 0

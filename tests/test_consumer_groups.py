@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -66,7 +67,10 @@ class KafkaPythonMember:
                                session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
 
     def poll(self):
-        got = self.c.poll(timeout_ms=200)
+        return self.rows(self.c.poll(timeout_ms=200))
+
+    @staticmethod
+    def rows(got: dict) -> list:
         return [(r.partition, r.offset, r.value.decode()) for rs in got.values() for r in rs]
 
     def assignment(self):
@@ -110,37 +114,43 @@ class ConfluentMember:
         self.c.close()
 
 
-class AiokafkaMember:
-    """aiokafka on its own event loop; the loop runs (and heartbeats) while we poll."""
+class AiokafkaMember(KafkaPythonMember):
+    """aiokafka as an asyncio application runs it: on an event loop that keeps running (here in a
+    thread of its own), so its heartbeat task runs between our polls too."""
 
     def __init__(self, bootstrap, group, topic):
         import aiokafka
         self.loop = asyncio.new_event_loop()
-        self.loop.run_until_complete(self._start(aiokafka, bootstrap, group, topic))
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.c = self._run(self._start(aiokafka, bootstrap, group, topic))
 
-    async def _start(self, aiokafka, bootstrap, group, topic):
-        self.c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                                           auto_offset_reset="earliest", enable_auto_commit=False,
-                                           session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
-        await self.c.start()
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+
+    @staticmethod
+    async def _start(aiokafka, bootstrap, group, topic):
+        consumer = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                             auto_offset_reset="earliest", enable_auto_commit=False,
+                                             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
+        await consumer.start()
+        return consumer
 
     def poll(self):
-        got = self.loop.run_until_complete(self.c.getmany(timeout_ms=200))
-        return [(r.partition, r.offset, r.value.decode()) for rs in got.values() for r in rs]
-
-    def assignment(self):
-        return {tp.partition for tp in self.c.assignment()}
+        return self.rows(self._run(self.c.getmany(timeout_ms=200)))
 
     def commit(self):
         import aiokafka.errors
         if self.c.assignment():
             try:
-                self.loop.run_until_complete(self.c.commit())
+                self._run(self.c.commit())
             except aiokafka.errors.CommitFailedError:   # a rebalance moved the partitions
                 pass
 
     def close(self):
-        self.loop.run_until_complete(self.c.stop())
+        self._run(self.c.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
         self.loop.close()
 
 

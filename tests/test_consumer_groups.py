@@ -335,3 +335,40 @@ def test_kstore_consume_with_a_group_subscribes(server):
     assert sorted(int(v) for _, v in lines) == list(range(80))      # every record, once
     by_process = [{line.split()[0] for line in out.splitlines()} for out in outs]
     assert not (by_process[0] & by_process[1])                      # disjoint partitions
+
+
+def test_static_members_restart_without_a_rebalance(server):
+    """librdkafka with group.instance.id (KIP-345): a static member that closes and comes back
+    within the session timeout gets its partitions back, and the other member is not disturbed
+    (no rebalance: its on_assign runs once)."""
+    topic, group = new_topic(server, 40), "static-group"
+    assigned = {"a": [], "b": []}
+
+    def member(name):
+        c = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": group,
+                         "group.instance.id": f"instance-{name}", "auto.offset.reset": "earliest",
+                         "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500})
+        c.subscribe([topic], on_assign=lambda _c, tps: assigned[name].append(
+            sorted(tp.partition for tp in tps)))
+        return c
+
+    a, b = member("a"), member("b")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                a.assignment() and b.assignment() and len(a.assignment()) + len(b.assignment()) == 4):
+            a.poll(0.1), b.poll(0.1)
+        first_a, rebalances_b = sorted(tp.partition for tp in a.assignment()), len(assigned["b"])
+        assert first_a and rebalances_b >= 1
+        a.close()                                    # a static member sends no LeaveGroup
+        a = member("a")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not a.assignment():
+            a.poll(0.1), b.poll(0.1)
+        for _ in range(10):
+            a.poll(0.1), b.poll(0.1)
+        assert sorted(tp.partition for tp in a.assignment()) == first_a
+        assert len(assigned["b"]) == rebalances_b     # b never rebalanced
+    finally:
+        a.close()
+        b.close()

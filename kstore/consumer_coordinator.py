@@ -26,6 +26,9 @@ from .protocol import API_KEYS as API, ERRORS as E
 
 REJOIN = (E["REBALANCE_IN_PROGRESS"], E["ILLEGAL_GENERATION"], E["UNKNOWN_MEMBER_ID"],
           E["MEMBER_ID_REQUIRED"])
+# The coordinator moved or is loading (a new __consumer_offsets leader): find it again, retry.
+COORDINATOR_MOVED = (E["COORDINATOR_LOAD_IN_PROGRESS"], E["COORDINATOR_NOT_AVAILABLE"],
+                     E["NOT_COORDINATOR"])
 
 
 class ConsumerCoordinator:
@@ -46,11 +49,20 @@ class ConsumerCoordinator:
     # ---- the coordinator connection
     def _request(self, api: str, version: int, body: dict) -> dict:
         if self._conn is None:
-            node = self.broker.group_coordinator._coordinator(self.group_id)
+            node = self.broker.retrying(   # FindCoordinator, while the offsets topic is set up
+                lambda: self.broker.group_coordinator._coordinator(self.group_id), COORDINATOR_MOVED)
             host, port = self.broker._brokers[node]
             self._conn = KafkaConnection(host, port, self.client_id,
                                          timeout=self.rebalance_timeout_ms / 1000 + 10)
-        return self._conn.request(API[api], version, body)
+        response = self._conn.request(API[api], version, body)
+        if response.get("error_code") in COORDINATOR_MOVED:
+            self._forget_coordinator()
+        return response
+
+    def _forget_coordinator(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def commit_identity(self) -> dict:
         """What OffsetCommit must carry for this member (checked by the coordinator)."""
@@ -73,6 +85,7 @@ class ConsumerCoordinator:
         return True
 
     def _join_and_sync(self) -> list[tuple[str, int]]:
+        deadline = self.clock.milliseconds() + self.rebalance_timeout_ms
         while True:
             joined = self._request("JoinGroup", 5, {
                 "group_id": self.group_id, "session_timeout_ms": self.session_timeout_ms,
@@ -85,6 +98,9 @@ class ConsumerCoordinator:
                 continue
             if code == E["UNKNOWN_MEMBER_ID"]:
                 self.member_id = ""
+                continue
+            if code in COORDINATOR_MOVED and self.clock.milliseconds() < deadline:
+                self.clock.sleep(100)       # retry.backoff.ms, then look the coordinator up again
                 continue
             if code:
                 raise error_for_code(code, f"JoinGroup of group '{self.group_id}'")
@@ -124,6 +140,8 @@ class ConsumerCoordinator:
             self.member_id, self.generation_id = "", -1   # fenced: join as a new member
         if code in REJOIN:
             self.needs_join = True
+        elif code in COORDINATOR_MOVED:
+            self.needs_join = True          # rejoin at the coordinator found next
         elif code:
             raise error_for_code(code, f"Heartbeat of group '{self.group_id}'")
 

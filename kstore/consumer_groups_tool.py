@@ -33,7 +33,8 @@ def _table(out: TextIO, header: tuple, rows: list[tuple]) -> None:
         out.write(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
 
 
-def consumer_groups(broker, args, out: TextIO, err: TextIO = sys.stderr) -> int:
+def consumer_groups(broker, args, out: TextIO, err: TextIO | None = None) -> int:
+    err = err or sys.stderr
     coordinator = broker.group_coordinator
     if args.list:
         for g in coordinator.groups():

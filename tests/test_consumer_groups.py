@@ -374,32 +374,38 @@ def test_static_members_restart_without_a_rebalance(server):
         b.close()
 
 
-def test_consumer_groups_tool_offline_on_a_log_dir(tmp_path):
-    """The same tool on a log directory (no broker running): describe, reset, delete; bad input
-    gets one line naming the problem and changes nothing."""
+def test_consumer_groups_tool_offline_on_a_log_dir(tmp_path, capsys):
+    """The same tool on a log directory (no broker running; run in-process here): describe,
+    reset, delete; bad input gets one line naming the problem and changes nothing."""
+    from kstore.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
     where = ["--log-dir", str(tmp_path / "logs")]
-    kstore("topics", *where, "--create", "--topic", "t", "--partitions", "2")
+    run("topics", *where, "--create", "--topic", "t", "--partitions", "2")
     subprocess.run([sys.executable, "-m", "kstore", "produce", *where, "--topic", "t"],
                    input="".join(f"v{i}\n" for i in range(10)), text=True, check=True, cwd=ROOT)
-    kstore("consume", *where, "--topic", "t", "--group", "g", "--from-beginning")
-    state = rows(kstore("consumer-groups", *where, "--describe", "--group", "g", "--state").stdout)
+    assert run("consume", *where, "--topic", "t", "--group", "g", "--from-beginning")[0] == 0
+    state = rows(run("consumer-groups", *where, "--describe", "--group", "g", "--state")[1])
     assert state[1][-2:] == ["Empty", "0"]
-    before = rows(kstore("consumer-groups", *where, "--describe", "--group", "g").stdout)
+    before = rows(run("consumer-groups", *where, "--describe", "--group", "g")[1])
     assert [r[5] for r in before[1:]] == ["0", "0"]
     for bad, message in [(["--to-datetime", "yesterday"], "--to-datetime 'yesterday' is not"),
                          (["--to-offset", "3", "--to-latest"], "exactly one of"),
                          (["--topic", "t:7", "--to-earliest"], "topic 't' has no partition 7")]:
         args = bad if "--topic" in bad else ["--all-topics", *bad]
-        result = kstore("consumer-groups", *where, "--reset-offsets", "--group", "g", *args,
-                        "--execute", check=False)
-        assert result.returncode != 0 and message in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert rows(kstore("consumer-groups", *where, "--describe", "--group", "g").stdout) == before
-    kstore("consumer-groups", *where, "--reset-offsets", "--group", "g", "--all-topics",
-           "--to-earliest", "--execute")
-    after = rows(kstore("consumer-groups", *where, "--describe", "--group", "g").stdout)
+        code, _, err = run("consumer-groups", *where, "--reset-offsets", "--group", "g", *args, "--execute")
+        assert code != 0 and message in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert rows(run("consumer-groups", *where, "--describe", "--group", "g")[1]) == before
+    run("consumer-groups", *where, "--reset-offsets", "--group", "g", "--all-topics", "--to-earliest",
+        "--execute")
+    after = rows(run("consumer-groups", *where, "--describe", "--group", "g")[1])
     assert [r[3] for r in after[1:]] == ["0", "0"] and sum(int(r[5]) for r in after[1:]) == 10
-    missing = kstore("consumer-groups", *where, "--describe", "--group", "nobody", check=False)
-    assert missing.returncode == 1 and "Consumer group 'nobody' does not exist." in missing.stderr
-    kstore("consumer-groups", *where, "--delete", "--group", "g")
-    assert kstore("consumer-groups", *where, "--list").stdout.split() == []
+    code, _, err = run("consumer-groups", *where, "--describe", "--group", "nobody")
+    assert code == 1 and "Consumer group 'nobody' does not exist." in err
+    assert run("consumer-groups", *where, "--delete", "--group", "g")[0] == 0
+    assert run("consumer-groups", *where, "--list")[1].split() == []

@@ -1,6 +1,6 @@
 """`kstore consumer-groups`: Kafka's `kafka-consumer-groups.sh` (ConsumerGroupCommand).
 
-    --list
+    --list [--state]
     --describe --group G [--members [--verbose] | --state | --offsets (default)]
     --reset-offsets --group G (--topic T[:P,P] | --all-topics)
         (--to-earliest | --to-latest | --to-offset N | --to-datetime T) [--dry-run | --execute]
@@ -37,6 +37,10 @@ def consumer_groups(broker, args, out: TextIO, err: TextIO | None = None) -> int
     err = err or sys.stderr
     coordinator = broker.group_coordinator
     if args.list:
+        if args.state:   # --list --state: each group with its state (Kafka asks ListGroups v4+)
+            _table(out, ("GROUP", "STATE"),
+                   [(g, coordinator.describe_group(g).state) for g in coordinator.groups()])
+            return 0
         for g in coordinator.groups():
             out.write(g + "\n")
         return 0

@@ -277,6 +277,7 @@ def test_consumer_groups_tool_describes_resets_and_deletes(server):
         assert sorted(r[4] for r in members[1:]) == ["2", "2"]
         assert all(r[2] == "/127.0.0.1" and r[1].startswith(r[3] + "-") for r in members[1:])
         state = rows(kstore("consumer-groups", *where, "--describe", "--group", group, "--state").stdout)
+        assert [group, "Stable"] in rows(kstore("consumer-groups", *where, "--list", "--state").stdout)
         assert state[1][0] == group and state[1][-3:] == ["range", "Stable", "2"]
         offsets = rows(kstore("consumer-groups", *where, "--describe", "--group", group).stdout)
         ids = {r[1]: r for r in members[1:]}

@@ -13,7 +13,8 @@ Mirrors the offset part of Kafka's group coordinator (`GroupCoordinatorService`,
 Group membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) is `kstore.group_membership`; this
 class owns what is written: a group's GroupMetadata record goes to the same partition as its
 offsets, and replaying the partition restores the groups, their generation and assignments.
-Offsets of a group with members never expire; the others' expiry counts from their commit time.
+Offsets of a group with members never expire; those of a group whose members all left count from
+the time it became Empty, and a simple (assign-only) group's from their commit time.
 """
 
 from __future__ import annotations
@@ -220,13 +221,15 @@ class GroupCoordinator:
 
     # ---- commit / fetch
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | int],
-                       expire_timestamp: int | None = None, timeout_s: float = 30.0
-                       ) -> dict[tuple[str, int], int]:
+                       expire_timestamp: int | None = None, timeout_s: float = 30.0, *,
+                       generation_id: int = -1, member_id: str = "",
+                       instance_id: str | None = None) -> dict[tuple[str, int], int]:
         """Commit offsets for a group. Every entry is validated first; if any is invalid nothing
         is written and CommitFailedError lists the problems. The commit is appended with
         acks=all and counts only once the ISR has it (then the cache answers with it).
         Returns the stored offsets."""
-        prepared = self.prepare_commit(group_id, offsets, expire_timestamp)
+        prepared = self.prepare_commit(group_id, offsets, expire_timestamp, generation_id=generation_id,
+                                       member_id=member_id, instance_id=instance_id)
         if prepared is None:
             return {}
         result = self.broker.produce_request(OFFSETS_TOPIC, prepared.partition, prepared.batch, -1)
@@ -235,11 +238,20 @@ class GroupCoordinator:
         self.complete_commit(prepared, result)
         return {tp: om.offset for tp, om in prepared.stored.items()}
 
-    def prepare_commit(self, group_id: str, offsets, expire_timestamp: int | None = None
-                       ) -> "PreparedCommit | None":
-        """Validate and build the commit's batch (nothing is written)."""
+    def prepare_commit(self, group_id: str, offsets, expire_timestamp: int | None = None, *,
+                       generation_id: int = -1, member_id: str = "",
+                       instance_id: str | None = None) -> "PreparedCommit | None":
+        """Validate and build the commit's batch (nothing is written). A group with members
+        accepts commits only from a member of its current generation (generation −1 and no
+        member id: an assign()-only consumer or an admin, allowed while the group is Empty)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError("the group id must be a non-empty string")
+        refused = self.membership.validate_commit(group_id, generation_id, member_id, instance_id)
+        if refused is not None:
+            from .errors import error_for_code
+            from .protocol import ERRORS
+            raise error_for_code(ERRORS[refused], f"commit for group '{group_id}' refused "
+                                                  f"(generation {generation_id}, member '{member_id}')")
         self._ensure_fresh(group_id)
         now = self.clock.milliseconds()
         problems, records = [], []
@@ -306,9 +318,14 @@ class GroupCoordinator:
             for group_id, offsets in list(self._cache.items()):
                 if self.membership.state_of(group_id) != EMPTY:
                     continue    # a group with members keeps its offsets
+                # an emptied classic group's offsets count from when it became empty
+                group = self.membership.group(group_id)
+                emptied = group.state_timestamp if group is not None else -1
                 expired = [tp for tp, om in offsets.items()
                            if (om.expire_timestamp is not None and now >= om.expire_timestamp)
-                           or (om.expire_timestamp is None and now - om.commit_timestamp >= retention_ms)]
+                           or (om.expire_timestamp is None
+                               and now - (emptied if emptied >= 0 else om.commit_timestamp)
+                               >= retention_ms)]
                 if not expired:
                     continue
                 tombstones = [Record(OffsetCommitKey(group_id, t, p).encode(), None, now)

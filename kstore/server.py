@@ -510,7 +510,10 @@ class KafkaServer(AdminApis, GroupApis):
                     p["error_code"] = E[member_error or "INVALID_GROUP_ID"]
         elif valid:
             try:   # appended with acks=all: answer only once the ISR has the commit
-                prepared = coordinator.prepare_commit(group, valid, expire_timestamp=expire)
+                prepared = coordinator.prepare_commit(
+                    group, valid, expire_timestamp=expire,
+                    generation_id=body.get("generation_id_or_member_epoch", -1),
+                    member_id=body.get("member_id", ""), instance_id=body.get("group_instance_id"))
                 result = self.broker.produce_request(
                     "__consumer_offsets", prepared.partition, prepared.batch, -1,
                     body.get("timeout_ms", 30000) if "timeout_ms" in body else 30000)

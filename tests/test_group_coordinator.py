@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from kstore import ManualClock, protocol as P
 from kstore.broker import Broker
+from kstore.errors import KStoreError
 from kstore.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from kstore.coordinator_records import GroupMetadataKey, decode_group_metadata_value, decode_key
 from kstore.group_membership import GroupMembership
@@ -211,7 +212,8 @@ def test_restart_reloads_groups_and_dump_log_decodes_them(tmp_path, clock):
         m2.join()
         m1.join()
         m1.sync({m1.member_id: [("t", 0), ("t", 1)], m2.member_id: [("t", 2), ("t", 3)]})
-        broker.group_coordinator.commit_offsets("g", {("t", 0): 5})
+        broker.group_coordinator.commit_offsets("g", {("t", 0): 5}, generation_id=m2.generation,
+                                                member_id=m2.member_id)
         partition = broker.group_coordinator.partition_for("g")
     with Broker(log_dir, clock=clock) as broker:
         group = broker.group_coordinator.membership.group("g")
@@ -376,3 +378,27 @@ def test_a_newly_elected_coordinator_reloads_the_group(tmp_path, clock):
         assert decode_assignment(group.members[b.member_id].assignment).partitions == [("t", 1)]
         b.gm = new.group_coordinator.membership           # b carries on at the new coordinator
         assert b.heartbeat() == 0
+
+
+def test_offsets_of_a_group_with_members_do_not_expire_and_an_emptied_group_counts_from_then(tmp_path, clock):
+    with Broker(str(tmp_path / "logs"), clock=clock, config={"group.initial.rebalance.delay.ms": 0}) as broker:
+        broker.create_topic("t", 1)
+        coordinator = broker.group_coordinator
+        retention_ms = coordinator.config.offsets_retention_minutes * 60_000
+        gm = coordinator.membership
+        m = Member(gm, "c1")
+        m.join()
+        gm.tick()
+        m.sync({m.member_id: [("t", 0)]})
+        with pytest.raises(KStoreError, match="UNKNOWN_MEMBER_ID"):   # not a member: refused
+            coordinator.commit_offsets("g", {("t", 0): 1})
+        coordinator.commit_offsets("g", {("t", 0): 1}, generation_id=m.generation, member_id=m.member_id)
+        clock.advance(retention_ms + 1)
+        m.heartbeat()
+        assert coordinator.expire_offsets() == 0           # Stable: kept
+        gm.leave_group("g", [{"member_id": m.member_id}])
+        clock.advance(retention_ms - 1)
+        assert coordinator.expire_offsets() == 0           # empty for less than the retention
+        clock.advance(1)
+        assert coordinator.expire_offsets() == 2           # the offset and the group's tombstone
+        assert coordinator.fetch_offsets("g") == {}

@@ -105,6 +105,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
         ("The partition of a group", ("partition_for",)),
         ("Encode an offset commit", ("encode_offset_commit",)),
         ("Decode an offset commit", ("decode_offset_commit",)),
+        ("The range assignor", ("range_assign",)),
         ("The partition of a key: murmur2", ("partition_for_key",), 6),
         ("What a crash re-delivers or loses", ("after_crash",), 7)),
     _ex("ex09", "09-replication-hw.ipynb", "Replication: LEO and the high watermark",

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from . import notebooks
 from .exercises import EXERCISES, TASKS, TESTS_DIR, exercise_for_notebook_name
+from .remote import can_confine
 
 STATUS_ORDER = ["missing", "invalid-notebook", "unknown-exercise", "timeout", "crashed", "exit",
                 "cell-timeout", "cell-error", "test-timeout", "output-limit", "ok"]
@@ -50,6 +51,8 @@ class Submission:
     cells: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     output_chars: int = 0
+    isolation_gaps: list[str] = field(default_factory=list)   # what could not be enforced
+    plagiarism: list[str] = field(default_factory=list)
 
     def set_status(self, status: str, note: str | None = None) -> None:
         if STATUS_ORDER.index(status) < STATUS_ORDER.index(self.status):
@@ -68,6 +71,7 @@ class Settings:
     max_output: int = 65536       # characters of printed output kept
     jobs: int = 0                 # parallel submissions (0: one per CPU)
     exercise: str | None = None   # force the exercise (otherwise: notebook metadata, then file name)
+    no_confine: bool = False      # never use namespaces (they are used when root and `unshare` exist)
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
@@ -147,21 +151,28 @@ class Grader:
         sub.max_score = round(sum(t["points"] for t in inventory), 4)
 
         work = self.session / f"work-{index:04d}"
-        (work / "tmp").mkdir(parents=True)
-        nb_copy = self.session / f"submission-{index:04d}.ipynb"
+        work.mkdir(mode=0o700)
+        tests_copy = work / "tests"                 # this submission's own copy, read-only
+        shutil.copytree(self.tests_dir, tests_copy)
+        _read_only(tests_copy)
+        nb_copy = work / "submission.ipynb"
         nb_copy.write_text(json.dumps(nb), encoding="utf-8")
-        stderr_path = self.session / f"stderr-{index:04d}.txt"
+        stderr_path = work / "stderr.txt"
+        scratch = "/tmp/kstore-learner" if not s.no_confine and can_confine() else str(work / "learner")
+        if scratch != "/tmp/kstore-learner":
+            os.makedirs(scratch, mode=0o700)
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")}
-        env.update(HOME=str(work), TMPDIR=str(work / "tmp"), IPYTHONDIR=str(work / ".ipython"),
-                   MPLBACKEND="Agg", KSTORE_GRADING="1", PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
-                   HYPOTHESIS_STORAGE_DIRECTORY=str(work / "tmp" / "hypothesis"))
+        env.update(HOME=str(work), TMPDIR=str(work), MPLBACKEND="Agg", KSTORE_GRADING="1",
+                   PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
+                   HYPOTHESIS_STORAGE_DIRECTORY=str(work / "hypothesis"))
         cmd = [sys.executable, "-m", "kstore.grading.worker", "--notebook", str(nb_copy),
-               "--exercise", ex_id, "--tests-dir", str(self.tests_dir),
+               "--exercise", ex_id, "--tests-dir", str(tests_copy),
                "--test-timeout", str(s.test_timeout), "--cell-timeout", str(s.cell_timeout),
                "--memory-mb", str(s.memory_mb), "--file-mb", str(s.file_mb),
-               "--max-output", str(s.max_output)]
+               "--max-output", str(s.max_output), "--scratch", scratch, "--hide", str(self.session)]
+        if s.no_confine:
+            cmd.append("--no-confine")
         timed_out = False
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
@@ -183,12 +194,8 @@ class Grader:
             except json.JSONDecodeError:
                 continue
         self._assemble(sub, events, inventory, proc.returncode, timed_out, stderr_path)
+        _writable(work)
         shutil.rmtree(work, ignore_errors=True)
-        for f in (nb_copy, stderr_path):
-            try:
-                f.unlink()
-            except OSError:
-                pass
 
     def _assemble(self, sub: Submission, events: list[dict], inventory: list[dict], returncode: int,
                   timed_out: bool, stderr_path: Path) -> None:
@@ -205,13 +212,29 @@ class Grader:
                     sub.set_status("exit", f"cell {ev['index']}: {ev['error']}")
                 elif ev.get("status") == "error":
                     sub.set_status("cell-error", f"cell {ev['index']}: {ev['error']}")
-            elif kind == "test" and ev.get("nodeid"):
-                t = tests.setdefault(ev["nodeid"], {k: ev.get(k) for k in
-                                                    ("nodeid", "name", "task", "extra", "points")})
-                for k in ("earned", "outcome", "message", "duration"):
+            elif kind == "test" and ev.get("nodeid") in tests:
+                t = tests[ev["nodeid"]]          # points from the inventory, never from the event
+                for k in ("outcome", "message", "duration"):
                     t[k] = ev.get(k, t.get(k))
+                try:
+                    earned = float(ev.get("earned") or 0.0)
+                except (TypeError, ValueError):
+                    earned = 0.0
+                t["earned"] = min(max(earned, 0.0), t["points"]) if t["outcome"] == "passed" else 0.0
                 if ev.get("outcome") == "timeout":
                     sub.set_status("test-timeout", f"{ev['task']}: {ev['name']} {ev.get('message', '')}")
+            elif kind == "learner-died":
+                how = str(ev.get("how"))
+                if ev.get("task") is None and how.startswith("killed after"):
+                    sub.set_status("timeout", f"the notebook's process was {how}")
+                elif ev.get("task") is None:
+                    sub.set_status("crashed", f"the notebook's process died while its cells ran ({how})")
+                else:
+                    sub.set_status("crashed", f"{ev['task']}: the notebook's process died in {ev.get('test')} "
+                                   f"({how}); the tasks before kept their points, the next ran in a fresh process")
+            elif kind == "isolation":
+                for what in ev.get("not_enforced") or []:
+                    sub.isolation_gaps.append(str(what))
             elif kind == "fatal":
                 sub.set_status("crashed", f"the grader could not start: {ev.get('error')}")
             elif kind == "done":
@@ -265,6 +288,19 @@ class Grader:
                 if self.progress:
                     self.progress(n, len(paths), results[i])
         return [r for r in results if r is not None]
+
+
+def _read_only(path: Path) -> None:
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+
+
+def _writable(path: Path) -> None:
+    for p in [path, *path.rglob("*")]:
+        try:
+            p.chmod(0o700 if p.is_dir() else 0o600)
+        except OSError:
+            pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

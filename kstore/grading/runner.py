@@ -188,7 +188,7 @@ class LearnerPlugin:
                 if kind == "timeout":
                     self.timed_out_tasks.add(outcome.task)
             if self.remote is not None and not self.remote.alive and outcome.task not in self.dead_tasks \
-                    and outcome.outcome != "timeout":
+                    and outcome.task not in self.timed_out_tasks:
                 proc = self.remote.proc
                 how = (proc.dead if proc is not None and proc.dead else "it stopped")
                 self.dead_tasks[outcome.task] = how

@@ -491,3 +491,112 @@ def test_a_wrong_function_fails_visibly_in_the_live_engine(executed_wrong, name,
     assert not run["errors"], run["errors"]
     assert failures, f"the demos of {name} all succeeded:\n{run['demo']}"
     assert not run["leftovers"]
+
+
+# ------------------------------------------------------------------------------------ cheating
+from cheats import CHEATS  # noqa: E402
+
+
+def _with_cell_at_end(ex_id: str, path: Path, source: str, base: Path | None = None) -> Path:
+    nb = notebooks.load(base or EXERCISES[ex_id].exercise_path)
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "cheat", "metadata": {},
+                        "outputs": [], "source": source})
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def _running_with(marker: str) -> list[int]:
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.fixture(scope="module")
+def cheated(tmp_path_factory, graded):
+    """The cheat catalogue and honest submissions between them, graded in one `kstore grade` run."""
+    from kstore.grading.remote import can_confine
+    d = tmp_path_factory.mktemp("cheats")
+    outside = tmp_path_factory.mktemp("outside") / "written-by-a-learner.txt"
+    marker = f"kstore-cheat-daemon-{os.getpid()}-{time.time_ns()}"
+    order, honest = [], {}
+    tid, src, _ = WRONG["varint-without-zigzag"]
+    honest_kinds = [("solution", EXERCISES["ex01"].solution_path),
+                    ("stub", EXERCISES["ex01"].exercise_path),
+                    ("wrong", _variant("ex01", d / "00-honest-wrong.ipynb", replace_task=tid, new_source=src))]
+    for i, (name, source) in enumerate(CHEATS.items()):
+        path = _with_cell_at_end("ex01", d / f"{i + 1:02d}-cheat-{name}.ipynb",
+                                 source.replace("{outside}", str(outside)).replace("{marker}", marker))
+        order.append(("cheat", name, path))
+        kind, hpath = honest_kinds[i % len(honest_kinds)]
+        copy_path = d / f"{i + 1:02d}-honest-{kind}.ipynb"
+        copy_path.write_bytes(hpath.read_bytes())
+        honest[copy_path] = hpath
+        order.append(("honest", kind, copy_path))
+    partial = _variant("ex01", d / "99-crash-in-task-2.ipynb", replace_task="ex01.2",
+                       new_source="def read_varint(data, pos):\n    import os\n    os._exit(9)\n")
+    order.append(("partial", "crash-in-task-2", partial))
+    out_json = d / "grades.json"
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "kstore", "grade", *[str(p) for _, _, p in order],
+                          "--out", str(d / "grades.csv"), "--json", str(out_json), "--jobs", "2", "--quiet",
+                          "--timeout", "120", "--cell-timeout", "20"],
+                         capture_output=True, text=True, timeout=900, cwd=d)
+    assert run.returncode == 0, run.stderr
+    say(f"graded {len(order)} submissions (cheats, honest ones between them) in "
+        f"{time.perf_counter() - start:.1f} s; confined: {can_confine()}")
+    rows = {Path(s["path"]): s for s in json.loads(out_json.read_text())["submissions"]}
+    time.sleep(0.5)
+    return {"rows": rows, "order": order, "honest": honest, "outside": outside, "marker": marker,
+            "alone": graded[0], "partial": partial}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_a_cheat_scores_nothing_it_did_not_solve(cheated, name, capsys):
+    path = next(p for kind, n, p in cheated["order"] if kind == "cheat" and n == name)
+    sub = cheated["rows"][path]
+    say(f"{name}: {sub['status']}, {sub['score']:g}/{sub['max_score']:g}, {sub['seconds']:.1f} s — "
+        f"{' | '.join(sub['notes'])[:160]}",
+        capsys)
+    assert sub["max_score"] == 52
+    assert sub["score"] == 0 or (sub["status"] != "ok" and sub["notes"]), sub
+    assert all(t["earned"] <= t["points"] for t in sub["tests"])
+
+
+def test_honest_submissions_between_the_cheats_score_as_when_graded_alone(cheated):
+    for path, original in cheated["honest"].items():
+        sub, alone = cheated["rows"][path], cheated["alone"].get(original)
+        if alone is None:       # the wrong variant: graded alone in the `graded` fixture under another name
+            alone = next(s for p, s in cheated["alone"].items() if p.name.endswith("varint-without-zigzag.ipynb"))
+        assert (sub["status"], sub["score"], sub["tasks"]) == (alone.status, alone.score, alone.tasks), path.name
+
+
+def test_cheats_leave_nothing_behind(cheated):
+    assert not cheated["outside"].exists(), "a submission wrote outside its scratch directory"
+    assert not _running_with(cheated["marker"]), "a daemon started by a submission outlived the grading"
+    assert (ROOT / "tests" / "exercise_tests" / "test_ex01.py").read_text().count("@task(") > 5
+
+
+def test_a_crash_in_task_2_keeps_task_1_and_later_tasks(cheated):
+    sub = cheated["rows"][cheated["partial"]]
+    assert sub["status"] == "crashed" and "ex01.2" in " ".join(sub["notes"]), sub["notes"]
+    assert sub["tasks"]["ex01.1"]["score"] == sub["tasks"]["ex01.1"]["max"] > 0
+    assert sub["tasks"]["ex01.2"]["score"] == 0
+    for tid in ("ex01.3", "ex01.4", "ex01.5"):
+        assert sub["tasks"][tid]["score"] == sub["tasks"][tid]["max"], tid
+    died = [t for t in sub["tests"] if t["task"] == "ex01.2" and "process died" in t["message"]]
+    assert died and "exit code 9" in died[0]["message"]
+
+
+def test_grading_reports_what_it_could_not_enforce(cheated):
+    from kstore.grading.remote import can_confine
+    subs = list(cheated["rows"].values())
+    if can_confine():
+        assert all(not s["isolation_gaps"] for s in subs), subs[0]["isolation_gaps"]
+    else:
+        assert all(s["isolation_gaps"] for s in subs)
+        assert any("isolation not enforced" in n for n in subs[0]["notes"])

@@ -235,6 +235,8 @@ class Grader:
             elif kind == "isolation":
                 for what in ev.get("not_enforced") or []:
                     sub.isolation_gaps.append(str(what))
+                if sub.isolation_gaps:
+                    sub.notes.append("isolation not enforced: " + "; ".join(sub.isolation_gaps))
             elif kind == "fatal":
                 sub.set_status("crashed", f"the grader could not start: {ev.get('error')}")
             elif kind == "done":

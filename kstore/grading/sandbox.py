@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gid", type=int, default=65534)
     p.add_argument("--memory-mb", type=int, default=2048)
     p.add_argument("--file-mb", type=int, default=512)
-    p.add_argument("--tmpfs-mb", type=int, default=256)
+    p.add_argument("--tmpfs-mb", type=int, default=64)
     p.add_argument("--nproc", type=int, default=256)
     p.add_argument("--max-output", type=int, default=65536)
     args = p.parse_args(argv)

@@ -600,3 +600,38 @@ def test_grading_reports_what_it_could_not_enforce(cheated):
     else:
         assert all(s["isolation_gaps"] for s in subs)
         assert any("isolation not enforced" in n for n in subs[0]["notes"])
+
+
+# ------------------------------------------------------------------------------------ feedback polish
+def test_check_names_the_ceiling_mistake_and_shows_one_diagnosis(capsys):
+    from kstore.grading import check
+    ceiling = ("def floor_segment(bases, offset):\n    import bisect\n    i = bisect.bisect_right(bases, offset)\n"
+               "    return bases[i] if i < len(bases) else None\n")
+    check("ex04.1", _namespace("ex04", ceiling))
+    out = capsys.readouterr().out
+    assert "looks like: this is the next segment (the ceiling" in out
+    from kstore.grading.feedback import Mismatch, expect_equal
+    with pytest.raises(Mismatch) as e:
+        expect_equal(3, 5, call="f()", mistakes=[("any int", lambda a: isinstance(a, int)), ("exactly three", 3)])
+    assert str(e.value).count("looks like") == 1 and "looks like: exactly three" in str(e.value)
+
+
+def test_check_summarises_earlier_tasks_in_one_line_and_echoes_nothing(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    tid, src, needle = WRONG["varint-without-zigzag"]
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(_namespace("ex01", src))
+    shell.run_cell('from kstore.grading import check\ncheck("ex01.2")', store_history=False)
+    out = capsys.readouterr().out
+    assert "✘ ex01.1" in out and "(re-run; check(\"ex01.1\") for the details)" in out
+    assert needle not in out and "<check" not in out and "ex01.2" in out
+    shell.run_cell('check("ex01.1")', store_history=False)
+    assert needle in capsys.readouterr().out
+
+
+def test_a_failing_live_demo_line_says_what_was_expected_and_what_happened(capsys):
+    from kstore.grading import live
+    with live.demo("acks=all with one replica down") as d:
+        d.expect(False, "the acks=all request fails with NOT_ENOUGH_REPLICAS", actual="it succeeded with HW 2")
+    out = capsys.readouterr().out
+    assert "✘ expected: the acks=all request fails with NOT_ENOUGH_REPLICAS; your code: it succeeded with HW 2" in out

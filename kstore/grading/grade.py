@@ -232,6 +232,10 @@ class Grader:
                 else:
                     sub.set_status("crashed", f"{ev['task']}: the notebook's process died in {ev.get('test')} "
                                    f"({how}); the tasks before kept their points, the next ran in a fresh process")
+            elif kind == "plagiarism":
+                for note in ev.get("notes") or []:
+                    sub.plagiarism.append(str(note))
+                    sub.notes.append(f"plagiarism? {note}")
             elif kind == "isolation":
                 for what in ev.get("not_enforced") or []:
                     sub.isolation_gaps.append(str(what))

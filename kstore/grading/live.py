@@ -68,12 +68,13 @@ class Demo:
     def note(self, text: str) -> None:
         print(f"    {text}")
 
-    def expect(self, condition: bool, text: str, why: str = "") -> None:
-        """Print ✔ text, or stop the demo with ✘ text (and why)."""
+    def expect(self, condition: bool, text: str, why: str = "", actual: str = "") -> None:
+        """Print ✔ text, or stop the demo with one line in two plain clauses:
+        `✘ expected: <text>; your code: <actual>` (`actual`, else `why`, says what happened)."""
         if condition:
             self.step(text)
         else:
-            raise DemoFailed(f"{text} — NOT SO" + (f": {why}" if why else ""))
+            raise DemoFailed(f"expected: {text}; your code: {actual or why or 'it did not happen'}")
 
 
 @contextlib.contextmanager

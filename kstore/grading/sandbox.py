@@ -364,8 +364,23 @@ def _exception_info(e: BaseException) -> dict:
     return info
 
 
+def _reachable_by_others(paths: list[str]) -> bool:
+    for path in paths:
+        parts = os.path.realpath(path).strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            try:
+                if not os.stat("/" + "/".join(parts[:i])).st_mode & 0o001:
+                    return False
+            except OSError:
+                return False
+    return True
+
+
 def _drop_privileges(args, report: dict) -> None:
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not args.confine and not _reachable_by_others(args.keep):
+        report["not_enforced"].append("runs as root: Python or kstore is in a directory the `nobody` user "
+                                      "cannot enter, and without namespaces it cannot be exposed alone")
+    elif os.geteuid() == 0:
         os.setgroups([])
         os.setgid(args.gid)
         os.setuid(args.uid)

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 
@@ -54,9 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from kstore.grading import notebooks
         from kstore.grading.remote import LearnerDied, Options, RemoteLearner, default_hidden
-        from kstore.grading.runner import run_tests
-        from kstore.grading.testing import reference_namespace
-        reference_namespace(args.exercise)
         nb = notebooks.load(args.notebook)
     except BaseException as e:
         emit({"event": "fatal", "error": f"{type(e).__name__}: {e}"})
@@ -64,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
 
     cells = [(c.index, c.task, c.source) for c in notebooks.code_cells(nb)
              if not any(t in c.tags for t in notebooks.SKIPPED_WHEN_GRADING) and c.source.strip()]
+    try:
+        from kstore.grading.plagiarism import notes as plagiarism_notes
+        emit({"event": "plagiarism", "notes": plagiarism_notes([c[2] for c in cells], args.exercise)})
+    except Exception as e:                     # a note is not worth failing the grading for
+        emit({"event": "plagiarism", "notes": [], "error": f"{type(e).__name__}: {e}"})
     keep = sorted({os.path.realpath(p) for p in (os.path.dirname(os.path.dirname(notebooks.__file__)),
                                                  sys.prefix, sys.base_prefix, sys.exec_prefix)})
     options = Options(cell_timeout=args.cell_timeout, memory_mb=args.memory_mb, file_mb=args.file_mb,
@@ -76,12 +79,27 @@ def main(argv: list[str] | None = None) -> int:
         emit({"event": "cell", **ev})
 
     errors: list[str] = []
+    died: list[str] = []
+
+    def start_learner() -> None:
+        try:
+            remote.start(on_cell)
+        except LearnerDied as e:
+            died.append(e.how)
+    learner_start = threading.Thread(target=start_learner, daemon=True)
+    learner_start.start()                      # the learner runs its cells while pytest loads here
     try:
-        remote.start(on_cell)
-        started = True
-    except LearnerDied as e:
-        emit({"event": "learner-died", "task": None, "test": None, "how": e.how})
-        started = False
+        from kstore.grading.runner import run_tests
+        from kstore.grading.testing import reference_namespace
+        reference_namespace(args.exercise)
+    except BaseException as e:
+        emit({"event": "fatal", "error": f"{type(e).__name__}: {e}"})
+        remote.close()
+        os._exit(3)
+    learner_start.join()
+    started = not died
+    if died:
+        emit({"event": "learner-died", "task": None, "test": None, "how": died[0]})
     emit({"event": "isolation", **remote.report})
 
     def on_result(outcome) -> None:

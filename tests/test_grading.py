@@ -573,6 +573,8 @@ def test_honest_submissions_between_the_cheats_score_as_when_graded_alone(cheate
         if alone is None:       # the wrong variant: graded alone in the `graded` fixture under another name
             alone = next(s for p, s in cheated["alone"].items() if p.name.endswith("varint-without-zigzag.ipynb"))
         assert (sub["status"], sub["score"], sub["tasks"]) == (alone.status, alone.score, alone.tasks), path.name
+        if original == EXERCISES["ex01"].solution_path:      # reported, not silently graded
+            assert len(sub["plagiarism"]) == 5 and "published solution" in " ".join(sub["notes"])
 
 
 def test_cheats_leave_nothing_behind(cheated):
@@ -635,3 +637,42 @@ def test_a_failing_live_demo_line_says_what_was_expected_and_what_happened(capsy
         d.expect(False, "the acks=all request fails with NOT_ENOUGH_REPLICAS", actual="it succeeded with HW 2")
     out = capsys.readouterr().out
     assert "✘ expected: the acks=all request fails with NOT_ENOUGH_REPLICAS; your code: it succeeded with HW 2" in out
+
+
+# ------------------------------------------------------------------------------------ plagiarism, wire
+def test_plagiarism_notes_name_the_published_solution_and_kstores_own_code():
+    from kstore.grading.plagiarism import notes
+    sources = [c.source for c in notebooks.code_cells(notebooks.load(EXERCISES["ex01"].solution_path))]
+    assert len(notes(sources, "ex01")) == 5
+    renamed = [re.sub(r"\bout\b", "result", s) for s in sources]                  # local names don't matter
+    assert any(n.startswith("ex01.1: write_varint is the published solution") for n in notes(renamed, "ex01"))
+    stubs = [c.source for c in notebooks.code_cells(notebooks.load(EXERCISES["ex01"].exercise_path))]
+    assert notes(stubs, "ex01") == []
+    tid, src, _ = WRONG["varint-without-zigzag"]
+    own = stubs + [src, "from kstore import varint as v\n\ndef read_varint(data, pos):\n    return v.read_varint(data, pos)\n",
+                   "import kstore.records\n\ndef encode_batch(records, base_offset=0, partition_leader_epoch=-1):\n"
+                   "    return kstore.records.build_batch(records, base_offset=base_offset)\n"]
+    assert notes(own, "ex01") == ["ex01.2: read_varint calls kstore's own implementation (kstore.varint.read_varint)",
+                                  "ex01.5: encode_batch calls kstore's own implementation (kstore.records.build_batch)"]
+
+
+def test_the_wire_carries_plain_data_only():
+    from kstore.grading import wire
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+    with pytest.raises(wire.WireError, match="not plain data"):
+        wire.loads(pickle.dumps(Evil()), lambda pid: pid)
+    with pytest.raises(wire.WireError):
+        wire.loads(b"\x80\x05garbage", lambda pid: pid)
+
+    class Anything(bytes):
+        def __eq__(self, other):
+            return True
+    data = wire.dumps([Anything(b"ab"), (1, "x")], lambda o: ("ref", 0))
+    value = wire.loads(data, lambda pid: pid)
+    assert value == [b"ab", (1, "x")] and type(value[0]) is bytes
+    a, b = wire.LearnerObject("Thing", {"x": 1}), wire.LearnerObject("Thing", {"x": 2})
+    assert a != b and a != 1 and a.x == 1

@@ -5,6 +5,33 @@ Each task is graded on its own. While a test of task ex04.2 runs, the names of t
 functions (ex04.1's `floor_segment`, ...) refer to the reference solutions, so a learner's
 `translate_offset` that calls their own broken `floor_segment` still gets ex04.2's points: one bug
 costs the points of the task it is in, and its feedback appears under that task.
+
+Where the learner's functions run. In a notebook (`check()`) and in the project's own suite they
+run in the test's process. Under `kstore grade` they run in a separate, confined learner process
+(`kstore.grading.sandbox`), and `learner.fn(args)` is a call across a socket. Rules for test
+authors, so a test works in both places:
+
+* Call the learner's functions as `learner.fn(...)` (or `expect_raises(learner.fn, ...)`) and
+  compare the *return value* in the test; never hand the learner a place to write its answer.
+* Plain data (None, bool, int, float, str, bytes, list, tuple, dict, set) is copied across. Named
+  tuples arrive as named tuples; a subclass of a plain type arrives as the plain type.
+* Anything else a test passes (a `SegmentView`, a `CountingFile`, a segment, a record, a predicate,
+  a list subclass that counts reads) stays in the test's process: the learner gets a stand-in whose
+  public attribute reads, calls, `len`, indexing, iteration, `in`, `bool`, `repr` are requests back
+  to the test's process. So counters such as `view.log.bytes_read` keep working, and identity holds
+  within one call (the learner may return the objects it was given: the test gets the originals).
+  Private attributes (`_x`), modules and classes are not reachable through a stand-in.
+* What the learner returns that is not plain data arrives as a read-only `LearnerObject` with the
+  object's public attributes (never the learner's own `__eq__`).
+* File descriptors: pass them as ints or as objects with `fileno()`; `os.sendfile` in the learner's
+  process is forwarded to the test's process (so a test can patch or count `os.sendfile`), for the
+  descriptors the call was given only. Other system calls on the test's descriptors do not work
+  from the learner's process: keep such work in the test, or forward it the same way
+  (`kstore.grading.sandbox.forwarded_sendfile`, served in `kstore.grading.remote`).
+* Exceptions come back as the nearest built-in type (a learner's `ValueError` subclass is a
+  `ValueError`), so `expect_raises(..., exceptions=(ValueError,))` works.
+* A test must not rely on the learner's process keeping state between calls: after a crash the
+  next task's tests run in a fresh process.
 """
 
 from __future__ import annotations

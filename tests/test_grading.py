@@ -676,3 +676,53 @@ def test_the_wire_carries_plain_data_only():
     assert value == [b"ab", (1, "x")] and type(value[0]) is bytes
     a, b = wire.LearnerObject("Thing", {"x": 1}), wire.LearnerObject("Thing", {"x": 2})
     assert a != b and a != 1 and a.x == 1
+
+
+def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path):
+    """A learner process on its own: what crosses, what does not, what a crash looks like."""
+    from types import SimpleNamespace
+    from kstore.grading.remote import LearnerDied, Options, RemoteLearner, default_hidden
+    cells = [(0, None, "import os\n"
+                       "def same(a, b):\n    return a is b, a.base_offset, len(a.items), a.items[1]\n"
+                       "def peek(a):\n    conn = type(a).__getattr__.__globals__['_CONN']\n"
+                       "    return conn.op('getattr', object.__getattribute__(a, '_hid'), '_secret')\n"
+                       "def sneak(a):\n    return a.method.__self__\n"
+                       "def bad(n):\n    class Oops(ValueError):\n        pass\n    raise Oops(f'no {n}')\n"
+                       "def mine():\n    class P:\n        def __init__(self):\n            self.x = 1\n"
+                       "        def __eq__(self, o):\n            return True\n    return P()\n"
+                       "def send(sock, fd):\n    return os.sendfile(sock.fileno(), fd, 0, 3)\n"
+                       "def solution_visible():\n    from kstore.grading.exercises import ROOT\n"
+                       "    return os.path.exists(os.path.join(ROOT, 'solutions', '01-record-batch.ipynb'))\n"
+                       "def die():\n    os._exit(5)\n")]
+    remote = RemoteLearner(cells, Options(scratch=str(tmp_path / "scratch"), hide=default_hidden(),
+                                          keep=[str(ROOT), sys.prefix, sys.base_prefix]))
+    remote.start()
+    try:
+        obj = SimpleNamespace(base_offset=7, items=[1, 2, 3], _secret="s", method=lambda: 1)
+        assert remote.call("ex01.1", "same", (obj, obj), {}) == (True, 7, 3, 2)
+        with pytest.raises(AttributeError, match="private"):    # asked by hand: the harness refuses
+            remote.call("ex01.1", "peek", (obj,), {})
+        with pytest.raises(AttributeError):
+            remote.call("ex01.1", "sneak", (obj,), {})
+        with pytest.raises(ValueError, match="no 3"):
+            remote.call("ex01.1", "bad", (3,), {})
+        got = remote.call("ex01.1", "mine", (), {})
+        assert got != object() and got.x == 1
+        import socket as socketlib
+        a, b = socketlib.socketpair()
+        f = tmp_path / "data"
+        f.write_bytes(b"abcdef")
+        with open(f, "rb") as fh:
+            assert remote.call("ex11.2", "send", (a, fh.fileno()), {}) == 3
+            assert b.recv(10) == b"abc"
+            with pytest.raises(OSError):                    # a descriptor the call was not given
+                remote.call("ex11.2", "send", (a, fh.fileno() + 100), {})
+        a.close()
+        b.close()
+        from kstore.grading.remote import can_confine
+        assert remote.call("ex01.1", "solution_visible", (), {}) is (not can_confine())
+        with pytest.raises(LearnerDied, match="exit code 5"):
+            remote.call("ex01.1", "die", (), {})
+        assert not remote.alive
+    finally:
+        remote.close()

@@ -1,14 +1,19 @@
 """`kstore grade SUBMISSIONS... --out grades.csv [--json grades.json]`: grade submitted notebooks
 offline, for instructors.
 
-Each submission runs in its own process (`kstore.grading.worker`) with a memory limit (RLIMIT_AS,
-set in the child), a file-size limit, per-cell and per-test time limits (in the child) and a
-wall-clock limit (the parent kills the child's whole process group). Whatever a submission does —
-loop forever, exit, raise at import, print megabytes, delete files, crash the interpreter — it
-gets one row with a `status` and `notes`, and the grader goes on. No network, no Docker.
+Each submission gets a harness process (`kstore.grading.worker`: its own read-only copy of the
+tests, the reference solutions, the scoring) and a learner process (`kstore.grading.sandbox`: the
+notebook's code only, confined in namespaces as `nobody` when run as root) that the tests call
+across a plain-data socket. Limits: memory and file size (set in the learner process), per-cell and
+per-test time limits, and a wall-clock limit (the parent kills the harness's process group, and
+with it the learner's namespace). Whatever a submission does — loop forever, exit, raise at import,
+print megabytes, delete files, crash the interpreter, cheat — it gets one row with a `status` and
+`notes`, and the grader goes on. Points come from the inventory of the tests, never from what a
+process reports, and each test's points are capped. No network, no Docker.
 
 Statuses, most severe first: missing, invalid-notebook, unknown-exercise, timeout (killed at the
-wall-clock limit; the tests that finished still count), crashed (the process died), exit (a cell
+wall-clock limit; the tests that finished still count), crashed (a process died: while the cells ran,
+or in a task's test — then only that task loses points), exit (a cell
 called sys.exit), cell-timeout, cell-error (a cell raised; e.g. an import that fails), test-timeout
 (a function looped in a test), output-limit (printed more than --max-output characters), ok.
 """
@@ -373,6 +378,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per submission")
     p.add_argument("--max-output", type=int, default=65536, help="printed characters kept per submission")
     p.add_argument("-j", "--jobs", type=int, default=0, help="submissions graded in parallel (0: CPUs)")
+    p.add_argument("--no-confine", action="store_true",
+                   help="do not confine the learner's process in namespaces (they are used when run as root)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -382,7 +389,8 @@ def run(args: argparse.Namespace) -> int:
         args.exercise = parse_target(args.exercise)[0].id
     settings = Settings(timeout=args.timeout, test_timeout=args.test_timeout,
                         cell_timeout=args.cell_timeout, memory_mb=args.memory_mb,
-                        max_output=args.max_output, jobs=args.jobs, exercise=args.exercise)
+                        max_output=args.max_output, jobs=args.jobs, exercise=args.exercise,
+                        no_confine=args.no_confine)
     paths = find_notebooks(args.submissions)
     if not paths:
         print("kstore grade: no notebooks found", file=sys.stderr)

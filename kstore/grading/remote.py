@@ -9,6 +9,7 @@ does reaches the tests' own objects; the scores are computed here, from the test
 
 from __future__ import annotations
 
+import ast
 import builtins
 import json
 import os
@@ -80,6 +81,7 @@ class LearnerProcess:
         self.status_r: int | None = None
         self.report: dict = {}
         self.objects: list[Any] = []
+        self.handles: dict[int, int] = {}
         self.fds: set[int] = set()
         self.task_id: str | None = None
         self.dead: str | None = None
@@ -182,8 +184,11 @@ class LearnerProcess:
 
     # ---- frames
     def _ref(self, obj: Any) -> tuple:
-        self.objects.append(obj)
-        return ("ref", len(self.objects) - 1)
+        hid = self.handles.get(id(obj))       # the same object, the same stand-in (identity holds)
+        if hid is None:
+            self.objects.append(obj)
+            hid = self.handles[id(obj)] = len(self.objects) - 1
+        return ("ref", hid)
 
     def _resolve(self, pid: tuple) -> Any:
         if pid[0] == "ref" and len(pid) == 2 and type(pid[1]) is int and 0 <= pid[1] < len(self.objects):
@@ -246,7 +251,7 @@ class LearnerProcess:
     # ---- a call
     def call(self, task_id: str, name: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         """(True, value) or (False, the exception the learner's function raised). Raises LearnerDied."""
-        self.objects, self.task_id = [], task_id
+        self.objects, self.handles, self.task_id = [], {}, task_id
         self.fds = {a for a in args if type(a) is int}
         self.send(("call", task_id, name, args, kwargs))
         while True:
@@ -322,7 +327,11 @@ def _exception(info: dict) -> BaseException:
     bases = [b for b in info.get("bases", []) if type(b) is str]
     message = str(info.get("message", ""))[:2000]
     if "SystemExit" in bases:
-        e: BaseException = SystemExit(str(info.get("code", "")))
+        try:
+            code = ast.literal_eval(str(info.get("code", "None")))
+        except (ValueError, SyntaxError):
+            code = str(info.get("code"))
+        e: BaseException = SystemExit(code if type(code) in (int, str, type(None)) else str(code))
     else:
         cls = next((getattr(builtins, b) for b in bases if isinstance(getattr(builtins, b, None), type)
                     and issubclass(getattr(builtins, b), Exception)), RuntimeError)

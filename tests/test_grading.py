@@ -726,3 +726,25 @@ def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path
         assert not remote.alive
     finally:
         remote.close()
+
+
+def test_a_call_from_an_engine_thread_has_its_own_time_limit(tmp_path):
+    """A learner function plugged into an engine thread (no SIGALRM there) cannot hang the grader."""
+    import threading
+    from kstore.grading.remote import LearnerDied, Options, RemoteLearner
+    remote = RemoteLearner([(0, None, "def spin():\n    while True:\n        pass\n")],
+                           Options(scratch=str(tmp_path / "scratch"), keep=[str(ROOT), sys.prefix, sys.base_prefix],
+                                   call_timeout=1.0))
+    remote.start()
+    caught = []
+
+    def engine_thread():
+        try:
+            remote.call("ex01.1", "spin", (), {})
+        except LearnerDied as e:
+            caught.append(e.how)
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join(30)
+    remote.close()
+    assert caught and "no answer in 1 s" in caught[0] and not remote.alive

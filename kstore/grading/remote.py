@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,6 +47,7 @@ class Options:
     hide: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
     confine: bool | None = None               # None: when root and `unshare` is there
+    call_timeout: float = 30.0                # one call from a thread other than the main one
 
 
 def can_confine() -> bool:
@@ -254,8 +255,16 @@ class LearnerProcess:
         self.objects, self.handles, self.task_id = [], {}, task_id
         self.fds = {a for a in args if type(a) is int}
         self.send(("call", task_id, name, args, kwargs))
+        # in the main thread the test's SIGALRM stops a call that runs too long; elsewhere (an engine
+        # thread calling a plugged-in learner function) the socket's own time limit does
+        limit = None if threading.current_thread() is threading.main_thread() else self.o.call_timeout
         while True:
-            msg = self._recv()
+            try:
+                msg = self._recv(timeout=limit)
+            except socket.timeout:
+                self.kill()
+                self.dead = f"killed: no answer in {limit:g} s (an endless loop?)"
+                raise LearnerDied(self.dead) from None
             kind = msg[0] if isinstance(msg, tuple) and msg else None
             if kind == "return" and len(msg) == 2:
                 return True, msg[1]
@@ -362,6 +371,7 @@ class RemoteLearner:
         self.output_chars = 0
         self.report: dict = {}
         self.starts = 0
+        self._lock = threading.Lock()
 
     def start(self, on_cell: Callable[[dict], None] | None = None) -> None:
         """Start a learner process and run the cells. Raises LearnerDied."""
@@ -383,6 +393,10 @@ class RemoteLearner:
         return self.proc is not None and self.proc.sock is not None
 
     def call(self, task_id: str, name: str, args: tuple, kwargs: dict) -> Any:
+        with self._lock:                   # one call at a time on the one socket
+            return self._call(task_id, name, args, kwargs)
+
+    def _call(self, task_id: str, name: str, args: tuple, kwargs: dict) -> Any:
         if not self.alive:
             raise LearnerDied(self.proc.dead if self.proc and self.proc.dead else "not running")
         try:

@@ -637,6 +637,10 @@ def test_a_failing_live_demo_line_says_what_was_expected_and_what_happened(capsy
         d.expect(False, "the acks=all request fails with NOT_ENOUGH_REPLICAS", actual="it succeeded with HW 2")
     out = capsys.readouterr().out
     assert "✘ expected: the acks=all request fails with NOT_ENOUGH_REPLICAS; your code: it succeeded with HW 2" in out
+    with live.demo("your encoder writes a real log"):
+        raise ValueError("bad varint")
+    out = capsys.readouterr().out
+    assert "✘ expected: your encoder writes a real log; your code: the engine failed with it, ValueError: bad varint" in out
 
 
 # ------------------------------------------------------------------------------------ plagiarism, wire

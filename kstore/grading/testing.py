@@ -30,6 +30,8 @@ authors, so a test works in both places:
   (`kstore.grading.sandbox.forwarded_sendfile`, served in `kstore.grading.remote`).
 * Exceptions come back as the nearest built-in type (a learner's `ValueError` subclass is a
   `ValueError`), so `expect_raises(..., exceptions=(ValueError,))` works.
+* Compute the expected answer *before* calling the learner when the learner gets live objects
+  (a segment): their public methods are callable from the learner's side.
 * A test must not rely on the learner's process keeping state between calls: after a crash the
   next task's tests run in a fresh process.
 """

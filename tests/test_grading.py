@@ -752,3 +752,13 @@ def test_a_call_from_an_engine_thread_has_its_own_time_limit(tmp_path):
     t.join(30)
     remote.close()
     assert caught and "no answer in 1 s" in caught[0] and not remote.alive
+
+
+def test_without_namespaces_the_report_says_what_is_not_enforced():
+    grader = Grader(Settings(no_confine=True, jobs=1, timeout=120))
+    try:
+        (sub,) = grader.grade([EXERCISES["ex10"].solution_path])
+    finally:
+        grader.close()
+    assert sub.status == "ok" and sub.score == sub.max_score > 0, sub.notes
+    assert sub.isolation_gaps and any(n.startswith("isolation not enforced: no namespaces") for n in sub.notes)

@@ -96,6 +96,7 @@ class LearnerPlugin:
         self.remote = remote                 # a RemoteLearner while `kstore grade` runs
         self.on_event = on_event or (lambda ev: None)
         self.dead_tasks: dict[str, str] = {}
+        self.restart_failed: str | None = None
         self.tasks = set(tasks) if tasks is not None else None
         self.test_timeout = test_timeout
         self.on_result = on_result
@@ -141,12 +142,15 @@ class LearnerPlugin:
             pytest.fail(f"not run: the notebook's process died in an earlier test of this task "
                         f"({self.dead_tasks[outcome.task]})", pytrace=False)
         if self.remote is not None and not self.remote.alive:
-            try:                             # a fresh learner process for this task
-                self.remote.start()
-                self.on_event({"event": "restart", "task": outcome.task if outcome else None})
-            except LearnerDied as e:
-                pytest.fail(f"not run: the notebook's process could not be started again ({e.how})",
-                            pytrace=False)
+            if self.restart_failed is None:
+                try:                         # a fresh learner process for this task
+                    self.remote.start()
+                    self.on_event({"event": "restart", "task": outcome.task if outcome else None})
+                except LearnerDied as e:
+                    self.restart_failed = e.how
+            if self.restart_failed is not None:     # once is enough: do not retry for every test
+                pytest.fail(f"not run: the notebook's process could not be started again "
+                            f"({self.restart_failed})", pytrace=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):

@@ -32,6 +32,7 @@ import builtins
 import ctypes
 import ctypes.util
 import json
+import operator
 import os
 import resource
 import signal
@@ -292,6 +293,11 @@ class Connection:
     def _other(self, obj: Any) -> tuple:
         if type(obj) is Proxy:
             return ("ref", object.__getattribute__(obj, "_hid"))
+        if hasattr(type(obj), "__index__"):          # numpy's integers and the like: an int
+            try:
+                return ("int", operator.index(obj))
+            except Exception:
+                pass
         attrs = {}
         try:
             items = vars(obj).items()

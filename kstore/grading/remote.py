@@ -28,6 +28,9 @@ from . import wire
 from .exercises import FUNCTION_TASK, ROOT
 
 
+STOPPED = "stopped by the grader"   # how a learner process ends when a test's time limit ends it
+
+
 class LearnerDied(BaseException):
     """The learner's process ended (exit, crash, kill) or broke the protocol while a test used it.
     A BaseException: no `except Exception` in a test may mistake it for the learner's answer."""
@@ -50,8 +53,24 @@ class Options:
     call_timeout: float = 30.0                # one call from a thread other than the main one
 
 
+_CAN_CONFINE: bool | None = None
+
+
 def can_confine() -> bool:
-    return sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("unshare") is not None
+    """Linux, root, `unshare` installed, and the namespaces really work here (a container may
+    refuse them): tried once per process."""
+    global _CAN_CONFINE
+    if _CAN_CONFINE is None:
+        _CAN_CONFINE = False
+        if sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("unshare"):
+            try:
+                _CAN_CONFINE = subprocess.run(
+                    ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
+                     "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    timeout=10).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                _CAN_CONFINE = False
+    return _CAN_CONFINE
 
 
 def default_hidden(extra: list[str] = ()) -> list[str]:
@@ -221,6 +240,15 @@ class LearnerProcess:
             if self.sock is not None:
                 self.sock.settimeout(None)
 
+    def _recv_within(self, limit: float | None, when_late: str) -> Any:
+        """The next frame; past `limit` seconds the process is killed and LearnerDied(when_late) raised."""
+        try:
+            return self._recv(timeout=limit)
+        except socket.timeout:
+            self.kill()
+            self.dead = when_late
+            raise LearnerDied(when_late) from None
+
     # ---- the notebook's cells
     def run_cells(self, cells: list[tuple[int, str | None, str]], on_cell: Callable[[dict], None]) -> dict:
         """Run the cells; on_cell gets one event per cell. Returns the `ready` summary. Raises
@@ -228,23 +256,14 @@ class LearnerProcess:
         self.send(("cells", cells, self.o.cell_timeout, self.o.max_output))
         limit = self.o.cell_timeout * 1.5 + 5
         for _ in cells:
-            try:
-                msg = self._recv(timeout=limit)
-            except socket.timeout:
-                self.kill()
-                self.dead = f"killed after {limit:g} s in one cell (it ignored the cell time limit)"
-                raise LearnerDied(self.dead) from None
+            msg = self._recv_within(limit, f"killed after {limit:g} s in one cell (it ignored the cell time limit)")
             if not (isinstance(msg, tuple) and len(msg) == 6 and msg[0] == "cell"):
                 raise self._died("it sent something that is not a cell result")
             _, index, task, status, error, seconds = msg
             on_cell({"index": index if type(index) is int else -1, "task": task if type(task) is str else None,
                      "status": status if status in ("ok", "timeout", "exit", "error") else "error",
                      "error": str(error)[:600], "seconds": seconds if type(seconds) is float else 0.0})
-        try:
-            msg = self._recv(timeout=limit)
-        except socket.timeout:
-            self.kill()
-            raise LearnerDied("it stopped answering after its cells") from None
+        msg = self._recv_within(limit, "it stopped answering after its cells")
         if not (isinstance(msg, tuple) and len(msg) == 4 and msg[0] == "ready" and type(msg[1]) is list):
             raise self._died("it sent something that is not a summary")
         return {"names": {n for n in msg[1] if type(n) is str}, "output_chars": msg[2] if type(msg[2]) is int else 0}
@@ -259,12 +278,7 @@ class LearnerProcess:
         # thread calling a plugged-in learner function) the socket's own time limit does
         limit = None if threading.current_thread() is threading.main_thread() else self.o.call_timeout
         while True:
-            try:
-                msg = self._recv(timeout=limit)
-            except socket.timeout:
-                self.kill()
-                self.dead = f"killed: no answer in {limit:g} s (an endless loop?)"
-                raise LearnerDied(self.dead) from None
+            msg = self._recv_within(limit, f"killed: no answer in {limit or 0:g} s (an endless loop?)")
             kind = msg[0] if isinstance(msg, tuple) and msg else None
             if kind == "return" and len(msg) == 2:
                 return True, msg[1]
@@ -404,8 +418,12 @@ class RemoteLearner:
         except LearnerDied:
             raise
         except BaseException:          # a time limit (or anything) mid-call: this process is done
-            self.proc.kill()
-            self.proc.dead = "stopped by the grader"
+            self.proc.dead = STOPPED
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})   # the test's alarm
+            try:                                                                    # re-fires: finish first
+                self.proc.kill()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             raise
         if ok:
             return value

@@ -22,7 +22,7 @@ import pytest
 
 from .exercises import EXERCISES, TESTS_DIR
 from .feedback import Mismatch
-from .remote import LearnerDied
+from .remote import STOPPED, LearnerDied
 from .testing import TestTimeout
 
 INI = Path(__file__).with_name("pytest.ini")
@@ -191,9 +191,9 @@ class LearnerPlugin:
                 outcome.outcome, outcome.message, outcome.earned = kind, msg, 0.0
                 if kind == "timeout":
                     self.timed_out_tasks.add(outcome.task)
+            proc = self.remote.proc if self.remote is not None else None
             if self.remote is not None and not self.remote.alive and outcome.task not in self.dead_tasks \
-                    and outcome.task not in self.timed_out_tasks:
-                proc = self.remote.proc
+                    and outcome.task not in self.timed_out_tasks and not (proc and proc.dead == STOPPED):
                 how = (proc.dead if proc is not None and proc.dead else "it stopped")
                 self.dead_tasks[outcome.task] = how
                 self.on_event({"event": "learner-died", "task": outcome.task, "test": outcome.name, "how": how})

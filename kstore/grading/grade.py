@@ -163,9 +163,10 @@ class Grader:
         nb_copy = work / "submission.ipynb"
         nb_copy.write_text(json.dumps(nb), encoding="utf-8")
         stderr_path = work / "stderr.txt"
-        scratch = "/tmp/kstore-learner" if not s.no_confine and can_confine() else str(work / "learner")
-        if scratch != "/tmp/kstore-learner":
-            os.makedirs(scratch, mode=0o700)
+        confined = not s.no_confine and can_confine()
+        # confined: a directory in the learner's private /tmp; otherwise one of its own, outside this
+        # session's directory (which the learner's unprivileged user cannot enter)
+        scratch = "/tmp/kstore-learner" if confined else tempfile.mkdtemp(prefix="kstore-learner-")
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")}
         env.update(HOME=str(work), TMPDIR=str(work), MPLBACKEND="Agg", KSTORE_GRADING="1",
@@ -201,6 +202,8 @@ class Grader:
         self._assemble(sub, events, inventory, proc.returncode, timed_out, stderr_path)
         _writable(work)
         shutil.rmtree(work, ignore_errors=True)
+        if not confined:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _assemble(self, sub: Submission, events: list[dict], inventory: list[dict], returncode: int,
                   timed_out: bool, stderr_path: Path) -> None:

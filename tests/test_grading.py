@@ -491,3 +491,291 @@ def test_a_wrong_function_fails_visibly_in_the_live_engine(executed_wrong, name,
     assert not run["errors"], run["errors"]
     assert failures, f"the demos of {name} all succeeded:\n{run['demo']}"
     assert not run["leftovers"]
+
+
+# ------------------------------------------------------------------------------------ cheating
+from cheats import CHEATS  # noqa: E402
+
+
+def _with_cell_at_end(ex_id: str, path: Path, source: str, base: Path | None = None) -> Path:
+    nb = notebooks.load(base or EXERCISES[ex_id].exercise_path)
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "cheat", "metadata": {},
+                        "outputs": [], "source": source})
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def _running_with(marker: str) -> list[int]:
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.fixture(scope="module")
+def cheated(tmp_path_factory, graded):
+    """The cheat catalogue and honest submissions between them, graded in one `kstore grade` run."""
+    from kstore.grading.remote import can_confine
+    d = tmp_path_factory.mktemp("cheats")
+    outside = tmp_path_factory.mktemp("outside") / "written-by-a-learner.txt"
+    marker = f"kstore-cheat-daemon-{os.getpid()}-{time.time_ns()}"
+    order, honest = [], {}
+    tid, src, _ = WRONG["varint-without-zigzag"]
+    honest_kinds = [("solution", EXERCISES["ex01"].solution_path),
+                    ("stub", EXERCISES["ex01"].exercise_path),
+                    ("wrong", _variant("ex01", d / "00-honest-wrong.ipynb", replace_task=tid, new_source=src))]
+    cheats = {k: v for k, v in CHEATS.items() if can_confine() or k not in HARMFUL_UNCONFINED}
+    for i, (name, source) in enumerate(cheats.items()):
+        path = _with_cell_at_end("ex01", d / f"{i + 1:02d}-cheat-{name}.ipynb",
+                                 source.replace("{outside}", str(outside)).replace("{marker}", marker))
+        order.append(("cheat", name, path))
+        kind, hpath = honest_kinds[i % len(honest_kinds)]
+        copy_path = d / f"{i + 1:02d}-honest-{kind}.ipynb"
+        copy_path.write_bytes(hpath.read_bytes())
+        honest[copy_path] = hpath
+        order.append(("honest", kind, copy_path))
+    partial = _variant("ex01", d / "99-crash-in-task-2.ipynb", replace_task="ex01.2",
+                       new_source="def read_varint(data, pos):\n    import os\n    os._exit(9)\n")
+    order.append(("partial", "crash-in-task-2", partial))
+    out_json = d / "grades.json"
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "kstore", "grade", *[str(p) for _, _, p in order],
+                          "--out", str(d / "grades.csv"), "--json", str(out_json), "--jobs", "2", "--quiet",
+                          "--timeout", "120", "--cell-timeout", "20"],
+                         capture_output=True, text=True, timeout=900, cwd=d)
+    assert run.returncode == 0, run.stderr
+    say(f"graded {len(order)} submissions (cheats, honest ones between them) in "
+        f"{time.perf_counter() - start:.1f} s; confined: {can_confine()}")
+    rows = {Path(s["path"]): s for s in json.loads(out_json.read_text())["submissions"]}
+    time.sleep(0.5)
+    return {"rows": rows, "order": order, "honest": honest, "outside": outside, "marker": marker,
+            "alone": graded[0], "partial": partial}
+
+
+#: cheats that would really damage this machine if nothing confined them (the repository's tests,
+#: other runs' files, the disk, the process table): graded only where namespaces work
+HARMFUL_UNCONFINED = {"rewrites-the-tests", "writes-outside-its-directory", "fills-the-disk",
+                      "forks-without-end", "spawns-a-daemon"}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_a_cheat_scores_nothing_it_did_not_solve(cheated, name, capsys):
+    from kstore.grading.remote import can_confine
+    if name in HARMFUL_UNCONFINED and not can_confine():
+        pytest.skip("this cheat is graded only where the learner can be confined: run as root on Linux "
+                    "with `unshare` (apt-get install util-linux)")
+    path = next(p for kind, n, p in cheated["order"] if kind == "cheat" and n == name)
+    sub = cheated["rows"][path]
+    say(f"{name}: {sub['status']}, {sub['score']:g}/{sub['max_score']:g}, {sub['seconds']:.1f} s — "
+        f"{' | '.join(sub['notes'])[:160]}",
+        capsys)
+    assert sub["max_score"] == 52
+    from kstore.grading.remote import can_confine
+    if can_confine():
+        assert sub["score"] == 0 or (sub["status"] != "ok" and sub["notes"]), sub
+    else:      # without namespaces some cheats can work: the row must say what was not enforced
+        assert sub["score"] == 0 or sub["isolation_gaps"], sub
+    assert all(t["earned"] <= t["points"] for t in sub["tests"])
+
+
+def test_honest_submissions_between_the_cheats_score_as_when_graded_alone(cheated):
+    for path, original in cheated["honest"].items():
+        sub, alone = cheated["rows"][path], cheated["alone"].get(original)
+        if alone is None:       # the wrong variant: graded alone in the `graded` fixture under another name
+            alone = next(s for p, s in cheated["alone"].items() if p.name.endswith("varint-without-zigzag.ipynb"))
+        assert (sub["status"], sub["score"], sub["tasks"]) == (alone.status, alone.score, alone.tasks), path.name
+        if original == EXERCISES["ex01"].solution_path:      # reported, not silently graded
+            assert len(sub["plagiarism"]) == 5 and "published solution" in " ".join(sub["notes"])
+
+
+def test_cheats_leave_nothing_behind(cheated):
+    from kstore.grading.remote import can_confine
+    if can_confine():      # otherwise the rows say these are not enforced (test_grading_reports_...)
+        assert not cheated["outside"].exists(), "a submission wrote outside its scratch directory"
+        assert not _running_with(cheated["marker"]), "a daemon started by a submission outlived the grading"
+    assert (ROOT / "tests" / "exercise_tests" / "test_ex01.py").read_text().count("@task(") > 5
+
+
+def test_a_crash_in_task_2_keeps_task_1_and_later_tasks(cheated):
+    sub = cheated["rows"][cheated["partial"]]
+    assert sub["status"] == "crashed" and "ex01.2" in " ".join(sub["notes"]), sub["notes"]
+    assert sub["tasks"]["ex01.1"]["score"] == sub["tasks"]["ex01.1"]["max"] > 0
+    assert sub["tasks"]["ex01.2"]["score"] == 0
+    for tid in ("ex01.3", "ex01.4", "ex01.5"):
+        assert sub["tasks"][tid]["score"] == sub["tasks"][tid]["max"], tid
+    died = [t for t in sub["tests"] if t["task"] == "ex01.2" and "process died" in t["message"]]
+    assert died and "exit code 9" in died[0]["message"]
+
+
+def test_grading_reports_what_it_could_not_enforce(cheated):
+    from kstore.grading.remote import can_confine
+    subs = list(cheated["rows"].values())
+    if can_confine():
+        assert all(not s["isolation_gaps"] for s in subs), subs[0]["isolation_gaps"]
+    else:
+        assert all(s["isolation_gaps"] for s in subs)
+        assert any("isolation not enforced" in n for n in subs[0]["notes"])
+
+
+# ------------------------------------------------------------------------------------ feedback polish
+def test_check_names_the_ceiling_mistake_and_shows_one_diagnosis(capsys):
+    from kstore.grading import check
+    ceiling = ("def floor_segment(bases, offset):\n    import bisect\n    i = bisect.bisect_right(bases, offset)\n"
+               "    return bases[i] if i < len(bases) else None\n")
+    check("ex04.1", _namespace("ex04", ceiling))
+    out = capsys.readouterr().out
+    assert "looks like: this is the next segment (the ceiling" in out
+    from kstore.grading.feedback import Mismatch, expect_equal
+    with pytest.raises(Mismatch) as e:
+        expect_equal(3, 5, call="f()", mistakes=[("any int", lambda a: isinstance(a, int)), ("exactly three", 3)])
+    assert str(e.value).count("looks like") == 1 and "looks like: exactly three" in str(e.value)
+
+
+def test_check_summarises_earlier_tasks_in_one_line_and_echoes_nothing(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    tid, src, needle = WRONG["varint-without-zigzag"]
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(_namespace("ex01", src))
+    shell.run_cell('from kstore.grading import check\ncheck("ex01.2")', store_history=False)
+    out = capsys.readouterr().out
+    assert "✘ ex01.1" in out and "(re-run; check(\"ex01.1\") for the details)" in out
+    assert needle not in out and "<check" not in out and "ex01.2" in out
+    shell.run_cell('check("ex01.1")', store_history=False)
+    assert needle in capsys.readouterr().out
+
+
+def test_a_failing_live_demo_line_says_what_was_expected_and_what_happened(capsys):
+    from kstore.grading import live
+    with live.demo("acks=all with one replica down") as d:
+        d.expect(False, "the acks=all request fails with NOT_ENOUGH_REPLICAS", actual="it succeeded with HW 2")
+    out = capsys.readouterr().out
+    assert "✘ expected: the acks=all request fails with NOT_ENOUGH_REPLICAS; your code: it succeeded with HW 2" in out
+    with live.demo("your encoder writes a real log"):
+        raise ValueError("bad varint")
+    out = capsys.readouterr().out
+    assert "✘ expected: your encoder writes a real log; your code: the engine failed with it, ValueError: bad varint" in out
+
+
+# ------------------------------------------------------------------------------------ plagiarism, wire
+def test_plagiarism_notes_name_the_published_solution_and_kstores_own_code():
+    from kstore.grading.plagiarism import notes
+    sources = [c.source for c in notebooks.code_cells(notebooks.load(EXERCISES["ex01"].solution_path))]
+    assert len(notes(sources, "ex01")) == 5
+    renamed = [re.sub(r"\bout\b", "result", s) for s in sources]                  # local names don't matter
+    assert any(n.startswith("ex01.1: write_varint is the published solution") for n in notes(renamed, "ex01"))
+    stubs = [c.source for c in notebooks.code_cells(notebooks.load(EXERCISES["ex01"].exercise_path))]
+    assert notes(stubs, "ex01") == []
+    tid, src, _ = WRONG["varint-without-zigzag"]
+    own = stubs + [src, "from kstore import varint as v\n\ndef read_varint(data, pos):\n    return v.read_varint(data, pos)\n",
+                   "import kstore.records\n\ndef encode_batch(records, base_offset=0, partition_leader_epoch=-1):\n"
+                   "    return kstore.records.build_batch(records, base_offset=base_offset)\n"]
+    assert notes(own, "ex01") == ["ex01.2: read_varint calls kstore's own implementation (kstore.varint.read_varint)",
+                                  "ex01.5: encode_batch calls kstore's own implementation (kstore.records.build_batch)"]
+
+
+def test_the_wire_carries_plain_data_only():
+    from kstore.grading import wire
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+    with pytest.raises(wire.WireError, match="not plain data"):
+        wire.loads(pickle.dumps(Evil()), lambda pid: pid)
+    with pytest.raises(wire.WireError):
+        wire.loads(b"\x80\x05garbage", lambda pid: pid)
+
+    class Anything(bytes):
+        def __eq__(self, other):
+            return True
+    data = wire.dumps([Anything(b"ab"), (1, "x")], lambda o: ("ref", 0))
+    value = wire.loads(data, lambda pid: pid)
+    assert value == [b"ab", (1, "x")] and type(value[0]) is bytes
+    a, b = wire.LearnerObject("Thing", {"x": 1}), wire.LearnerObject("Thing", {"x": 2})
+    assert a != b and a != 1 and a.x == 1
+
+
+def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path):
+    """A learner process on its own: what crosses, what does not, what a crash looks like."""
+    from types import SimpleNamespace
+    from kstore.grading.remote import LearnerDied, Options, RemoteLearner, default_hidden
+    cells = [(0, None, "import os\n"
+                       "def same(a, b):\n    return a is b, a.base_offset, len(a.items), a.items[1]\n"
+                       "def peek(a):\n    conn = type(a).__getattr__.__globals__['_CONN']\n"
+                       "    return conn.op('getattr', object.__getattribute__(a, '_hid'), '_secret')\n"
+                       "def sneak(a):\n    return a.method.__self__\n"
+                       "def bad(n):\n    class Oops(ValueError):\n        pass\n    raise Oops(f'no {n}')\n"
+                       "def mine():\n    class P:\n        def __init__(self):\n            self.x = 1\n"
+                       "        def __eq__(self, o):\n            return True\n    return P()\n"
+                       "def send(sock, fd):\n    return os.sendfile(sock.fileno(), fd, 0, 3)\n"
+                       "def solution_visible():\n    from kstore.grading.exercises import ROOT\n"
+                       "    return os.path.exists(os.path.join(ROOT, 'solutions', '01-record-batch.ipynb'))\n"
+                       "def die():\n    os._exit(5)\n")]
+    remote = RemoteLearner(cells, Options(scratch=str(tmp_path / "scratch"), hide=default_hidden(),
+                                          keep=[str(ROOT), sys.prefix, sys.base_prefix]))
+    remote.start()
+    try:
+        obj = SimpleNamespace(base_offset=7, items=[1, 2, 3], _secret="s", method=lambda: 1)
+        assert remote.call("ex01.1", "same", (obj, obj), {}) == (True, 7, 3, 2)
+        with pytest.raises(AttributeError, match="private"):    # asked by hand: the harness refuses
+            remote.call("ex01.1", "peek", (obj,), {})
+        with pytest.raises(AttributeError):
+            remote.call("ex01.1", "sneak", (obj,), {})
+        with pytest.raises(ValueError, match="no 3"):
+            remote.call("ex01.1", "bad", (3,), {})
+        got = remote.call("ex01.1", "mine", (), {})
+        assert got != object() and got.x == 1
+        import socket as socketlib
+        a, b = socketlib.socketpair()
+        f = tmp_path / "data"
+        f.write_bytes(b"abcdef")
+        with open(f, "rb") as fh:
+            assert remote.call("ex11.2", "send", (a, fh.fileno()), {}) == 3
+            assert b.recv(10) == b"abc"
+            with pytest.raises(OSError):                    # a descriptor the call was not given
+                remote.call("ex11.2", "send", (a, fh.fileno() + 100), {})
+        a.close()
+        b.close()
+        from kstore.grading.remote import can_confine
+        assert remote.call("ex01.1", "solution_visible", (), {}) is (not can_confine())
+        with pytest.raises(LearnerDied, match="exit code 5"):
+            remote.call("ex01.1", "die", (), {})
+        assert not remote.alive
+    finally:
+        remote.close()
+
+
+def test_a_call_from_an_engine_thread_has_its_own_time_limit(tmp_path):
+    """A learner function plugged into an engine thread (no SIGALRM there) cannot hang the grader."""
+    import threading
+    from kstore.grading.remote import LearnerDied, Options, RemoteLearner
+    remote = RemoteLearner([(0, None, "def spin():\n    while True:\n        pass\n")],
+                           Options(scratch=str(tmp_path / "scratch"), keep=[str(ROOT), sys.prefix, sys.base_prefix],
+                                   call_timeout=1.0))
+    remote.start()
+    caught = []
+
+    def engine_thread():
+        try:
+            remote.call("ex01.1", "spin", (), {})
+        except LearnerDied as e:
+            caught.append(e.how)
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join(30)
+    remote.close()
+    assert caught and "no answer in 1 s" in caught[0] and not remote.alive
+
+
+def test_without_namespaces_the_report_says_what_is_not_enforced():
+    grader = Grader(Settings(no_confine=True, jobs=1, timeout=120))
+    try:
+        (sub,) = grader.grade([EXERCISES["ex10"].solution_path])
+    finally:
+        grader.close()
+    assert sub.status == "ok" and sub.score == sub.max_score > 0, sub.notes
+    assert sub.isolation_gaps and any(n.startswith("isolation not enforced: no namespaces") for n in sub.notes)

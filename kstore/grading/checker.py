@@ -43,7 +43,10 @@ class CheckResult:
         return bool(tests) and all(t.outcome == "passed" for t in tests)
 
     def __repr__(self) -> str:
-        return f"<check {self.target}: {_num(self.score)}/{_num(self.max_score)} points>"
+        return f"check({self.target!r}): {_num(self.score)}/{_num(self.max_score)} points"
+
+    def _ipython_display_(self) -> None:
+        """The report is already printed: a `check(...)` cell shows nothing more."""
 
 
 def _num(x: float) -> str:
@@ -82,16 +85,21 @@ def render(result: RunResult, target: str, focus: list[str], verbose: bool = Fal
         earned, total = scores[tid]
         failed = [t for t in tests if t.outcome != "passed"]
         mark = "✔" if not failed else "✘"
-        note = "" if tid in focus else "   (re-run)"
+        note = "" if tid in focus else (f"   (re-run; check(\"{tid}\") for the details)" if failed
+                                        else "   (re-run)")
         n_pass = len(tests) - len(failed)
         lines.append(f"  {mark} {tid}  {TASKS[tid].title:<34} {_num(earned):>5} / {_num(total):<4}"
                      f" points  ({n_pass}/{len(tests)} tests){note}")
-        shown = failed if verbose else failed[:MAX_MESSAGES_PER_TASK]
+        if tid not in focus and not verbose:   # an earlier task: its one line is enough
+            failed_shown = []
+        else:
+            failed_shown = failed
+        shown = failed_shown if verbose else failed_shown[:MAX_MESSAGES_PER_TASK]
         for t in shown:
             tag = " [extra]" if t.extra else ""
             lines.append(f"      ✘ {t.name}{tag}")
             lines.append(textwrap.indent(t.message.rstrip() or t.outcome, " " * 10))
-        if len(failed) > len(shown):
+        if len(failed_shown) > len(shown):
             lines.append(f"      … and {len(failed) - len(shown)} more failing test(s) of {tid}"
                          f" (check(\"{tid}\", verbose=True) shows them all)")
         for t in tests:

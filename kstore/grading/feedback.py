@@ -52,14 +52,15 @@ def _matches(mistake_value: Any, actual: Any) -> bool:
 
 
 def diagnose(actual: Any, expected: Any, mistakes: Iterable[Mistake] = ()) -> list[str]:
-    """The labels of the known mistakes whose result equals `actual` (and not `expected`)."""
-    found = []
+    """The labels of the known mistakes that explain `actual` (and not `expected`): a mistake whose
+    value *is* the answer first, then those whose predicate merely accepts it."""
+    exact, accepted = [], []
     for label, value in mistakes:
-        if not callable(value) and value == expected:
+        if not callable(value) and _matches(value, expected):
             continue   # a "mistake" that gives the right answer here says nothing
         if _matches(value, actual):
-            found.append(label)
-    return found
+            (accepted if callable(value) else exact).append(label)
+    return exact + accepted
 
 
 def _hex(data: bytes) -> str:
@@ -108,8 +109,8 @@ def hex_diff(expected: bytes, actual: bytes, fields: Sequence[tuple[str, int, in
 
 def _report(call: str, body: list[str], found: list[str], hint: str | None) -> str:
     lines = [call] + ["  " + b if not b.startswith("  ") else b for b in body]
-    for label in found:
-        lines.append(f"  looks like: {label}")
+    if found:                        # one diagnosis: the one that best explains the answer
+        lines.append(f"  looks like: {found[0]}")
     if hint and not found:
         lines.append(f"  hint: {hint}")
     return "\n".join(lines)

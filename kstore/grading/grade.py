@@ -1,14 +1,19 @@
 """`kstore grade SUBMISSIONS... --out grades.csv [--json grades.json]`: grade submitted notebooks
 offline, for instructors.
 
-Each submission runs in its own process (`kstore.grading.worker`) with a memory limit (RLIMIT_AS,
-set in the child), a file-size limit, per-cell and per-test time limits (in the child) and a
-wall-clock limit (the parent kills the child's whole process group). Whatever a submission does —
-loop forever, exit, raise at import, print megabytes, delete files, crash the interpreter — it
-gets one row with a `status` and `notes`, and the grader goes on. No network, no Docker.
+Each submission gets a harness process (`kstore.grading.worker`: its own read-only copy of the
+tests, the reference solutions, the scoring) and a learner process (`kstore.grading.sandbox`: the
+notebook's code only, confined in namespaces as `nobody` when run as root) that the tests call
+across a plain-data socket. Limits: memory and file size (set in the learner process), per-cell and
+per-test time limits, and a wall-clock limit (the parent kills the harness's process group, and
+with it the learner's namespace). Whatever a submission does — loop forever, exit, raise at import,
+print megabytes, delete files, crash the interpreter, cheat — it gets one row with a `status` and
+`notes`, and the grader goes on. Points come from the inventory of the tests, never from what a
+process reports, and each test's points are capped. No network, no Docker.
 
 Statuses, most severe first: missing, invalid-notebook, unknown-exercise, timeout (killed at the
-wall-clock limit; the tests that finished still count), crashed (the process died), exit (a cell
+wall-clock limit; the tests that finished still count), crashed (a process died: while the cells ran,
+or in a task's test — then only that task loses points), exit (a cell
 called sys.exit), cell-timeout, cell-error (a cell raised; e.g. an import that fails), test-timeout
 (a function looped in a test), output-limit (printed more than --max-output characters), ok.
 """
@@ -32,6 +37,7 @@ from pathlib import Path
 
 from . import notebooks
 from .exercises import EXERCISES, TASKS, TESTS_DIR, exercise_for_notebook_name
+from .remote import can_confine
 
 STATUS_ORDER = ["missing", "invalid-notebook", "unknown-exercise", "timeout", "crashed", "exit",
                 "cell-timeout", "cell-error", "test-timeout", "output-limit", "ok"]
@@ -50,6 +56,8 @@ class Submission:
     cells: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     output_chars: int = 0
+    isolation_gaps: list[str] = field(default_factory=list)   # what could not be enforced
+    plagiarism: list[str] = field(default_factory=list)
 
     def set_status(self, status: str, note: str | None = None) -> None:
         if STATUS_ORDER.index(status) < STATUS_ORDER.index(self.status):
@@ -68,6 +76,7 @@ class Settings:
     max_output: int = 65536       # characters of printed output kept
     jobs: int = 0                 # parallel submissions (0: one per CPU)
     exercise: str | None = None   # force the exercise (otherwise: notebook metadata, then file name)
+    no_confine: bool = False      # never use namespaces (they are used when root and `unshare` exist)
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
@@ -147,21 +156,29 @@ class Grader:
         sub.max_score = round(sum(t["points"] for t in inventory), 4)
 
         work = self.session / f"work-{index:04d}"
-        (work / "tmp").mkdir(parents=True)
-        nb_copy = self.session / f"submission-{index:04d}.ipynb"
+        work.mkdir(mode=0o700)
+        tests_copy = work / "tests"                 # this submission's own copy, read-only
+        shutil.copytree(self.tests_dir, tests_copy)
+        _read_only(tests_copy)
+        nb_copy = work / "submission.ipynb"
         nb_copy.write_text(json.dumps(nb), encoding="utf-8")
-        stderr_path = self.session / f"stderr-{index:04d}.txt"
+        stderr_path = work / "stderr.txt"
+        confined = not s.no_confine and can_confine()
+        # confined: a directory in the learner's private /tmp; otherwise one of its own, outside this
+        # session's directory (which the learner's unprivileged user cannot enter)
+        scratch = "/tmp/kstore-learner" if confined else tempfile.mkdtemp(prefix="kstore-learner-")
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")}
-        env.update(HOME=str(work), TMPDIR=str(work / "tmp"), IPYTHONDIR=str(work / ".ipython"),
-                   MPLBACKEND="Agg", KSTORE_GRADING="1", PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
-                   HYPOTHESIS_STORAGE_DIRECTORY=str(work / "tmp" / "hypothesis"))
+        env.update(HOME=str(work), TMPDIR=str(work), MPLBACKEND="Agg", KSTORE_GRADING="1",
+                   PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
+                   HYPOTHESIS_STORAGE_DIRECTORY=str(work / "hypothesis"))
         cmd = [sys.executable, "-m", "kstore.grading.worker", "--notebook", str(nb_copy),
-               "--exercise", ex_id, "--tests-dir", str(self.tests_dir),
+               "--exercise", ex_id, "--tests-dir", str(tests_copy),
                "--test-timeout", str(s.test_timeout), "--cell-timeout", str(s.cell_timeout),
                "--memory-mb", str(s.memory_mb), "--file-mb", str(s.file_mb),
-               "--max-output", str(s.max_output)]
+               "--max-output", str(s.max_output), "--scratch", scratch, "--hide", str(self.session)]
+        if s.no_confine:
+            cmd.append("--no-confine")
         timed_out = False
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
@@ -183,12 +200,10 @@ class Grader:
             except json.JSONDecodeError:
                 continue
         self._assemble(sub, events, inventory, proc.returncode, timed_out, stderr_path)
+        _writable(work)
         shutil.rmtree(work, ignore_errors=True)
-        for f in (nb_copy, stderr_path):
-            try:
-                f.unlink()
-            except OSError:
-                pass
+        if not confined:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _assemble(self, sub: Submission, events: list[dict], inventory: list[dict], returncode: int,
                   timed_out: bool, stderr_path: Path) -> None:
@@ -205,13 +220,35 @@ class Grader:
                     sub.set_status("exit", f"cell {ev['index']}: {ev['error']}")
                 elif ev.get("status") == "error":
                     sub.set_status("cell-error", f"cell {ev['index']}: {ev['error']}")
-            elif kind == "test" and ev.get("nodeid"):
-                t = tests.setdefault(ev["nodeid"], {k: ev.get(k) for k in
-                                                    ("nodeid", "name", "task", "extra", "points")})
-                for k in ("earned", "outcome", "message", "duration"):
+            elif kind == "test" and ev.get("nodeid") in tests:
+                t = tests[ev["nodeid"]]          # points from the inventory, never from the event
+                for k in ("outcome", "message", "duration"):
                     t[k] = ev.get(k, t.get(k))
+                try:
+                    earned = float(ev.get("earned") or 0.0)
+                except (TypeError, ValueError):
+                    earned = 0.0
+                t["earned"] = min(max(earned, 0.0), t["points"]) if t["outcome"] == "passed" else 0.0
                 if ev.get("outcome") == "timeout":
                     sub.set_status("test-timeout", f"{ev['task']}: {ev['name']} {ev.get('message', '')}")
+            elif kind == "learner-died":
+                how = str(ev.get("how"))
+                if ev.get("task") is None and how.startswith("killed after"):
+                    sub.set_status("timeout", f"the notebook's process was {how}")
+                elif ev.get("task") is None:
+                    sub.set_status("crashed", f"the notebook's process died while its cells ran ({how})")
+                else:
+                    sub.set_status("crashed", f"{ev['task']}: the notebook's process died in {ev.get('test')} "
+                                   f"({how}); the tasks before kept their points, the next ran in a fresh process")
+            elif kind == "plagiarism":
+                for note in ev.get("notes") or []:
+                    sub.plagiarism.append(str(note))
+                    sub.notes.append(f"plagiarism? {note}")
+            elif kind == "isolation":
+                for what in ev.get("not_enforced") or []:
+                    sub.isolation_gaps.append(str(what))
+                if sub.isolation_gaps:
+                    sub.notes.append("isolation not enforced: " + "; ".join(sub.isolation_gaps))
             elif kind == "fatal":
                 sub.set_status("crashed", f"the grader could not start: {ev.get('error')}")
             elif kind == "done":
@@ -265,6 +302,19 @@ class Grader:
                 if self.progress:
                     self.progress(n, len(paths), results[i])
         return [r for r in results if r is not None]
+
+
+def _read_only(path: Path) -> None:
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+
+
+def _writable(path: Path) -> None:
+    for p in [path, *path.rglob("*")]:
+        try:
+            p.chmod(0o700 if p.is_dir() else 0o600)
+        except OSError:
+            pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -331,6 +381,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per submission")
     p.add_argument("--max-output", type=int, default=65536, help="printed characters kept per submission")
     p.add_argument("-j", "--jobs", type=int, default=0, help="submissions graded in parallel (0: CPUs)")
+    p.add_argument("--no-confine", action="store_true",
+                   help="do not confine the learner's process in namespaces (they are used when run as root)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -340,7 +392,8 @@ def run(args: argparse.Namespace) -> int:
         args.exercise = parse_target(args.exercise)[0].id
     settings = Settings(timeout=args.timeout, test_timeout=args.test_timeout,
                         cell_timeout=args.cell_timeout, memory_mb=args.memory_mb,
-                        max_output=args.max_output, jobs=args.jobs, exercise=args.exercise)
+                        max_output=args.max_output, jobs=args.jobs, exercise=args.exercise,
+                        no_confine=args.no_confine)
     paths = find_notebooks(args.submissions)
     if not paths:
         print("kstore grade: no notebooks found", file=sys.stderr)

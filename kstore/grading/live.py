@@ -68,12 +68,14 @@ class Demo:
     def note(self, text: str) -> None:
         print(f"    {text}")
 
-    def expect(self, condition: bool, text: str, why: str = "") -> None:
-        """Print ✔ text, or stop the demo with ✘ text (and why)."""
+    def expect(self, condition: bool, text: str, why: str = "", actual: str = "") -> None:
+        """Print ✔ text, or stop the demo with one line in two plain clauses:
+        `✘ expected: <text>; your code: <actual>` (`actual`, else `why`, says what happened; an
+        f-string `text` that shows the state reads well in both clauses)."""
         if condition:
             self.step(text)
         else:
-            raise DemoFailed(f"{text} — NOT SO" + (f": {why}" if why else ""))
+            raise DemoFailed(f"expected: {text}; your code: {actual or why or 'not so'}")
 
 
 @contextlib.contextmanager
@@ -89,12 +91,13 @@ def demo(title: str) -> Iterator[Demo]:
         print("  the engine ran your code and it went wrong here: run check(...) for the details")
     except NotImplementedError as e:
         d.ok = False
-        print(f"  ✘ not yet: your code raised NotImplementedError ({e}) — finish the task first")
+        print(f"  ✘ expected: {title}; your code: not written yet (NotImplementedError: {e}) — finish the "
+              f"task first")
     except Exception as e:
         d.ok = False
         tb = traceback.extract_tb(e.__traceback__)
         where = f" (in {tb[-1].name}, {tb[-1].filename.split('/')[-1]}:{tb[-1].lineno})" if tb else ""
-        print(f"  ✘ the engine failed with your code: {type(e).__name__}: {e}{where}")
+        print(f"  ✘ expected: {title}; your code: the engine failed with it, {type(e).__name__}: {e}{where}")
         print("  run check(...) above for the feedback on your functions")
     else:
         print("  done ✔")

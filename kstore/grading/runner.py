@@ -22,6 +22,7 @@ import pytest
 
 from .exercises import EXERCISES, TESTS_DIR
 from .feedback import Mismatch
+from .remote import STOPPED, LearnerDied
 from .testing import TestTimeout
 
 INI = Path(__file__).with_name("pytest.ini")
@@ -89,8 +90,13 @@ class LearnerPlugin:
     kstore_learner = True
 
     def __init__(self, namespace: dict[str, Any], *, tasks: Iterable[str] | None = None,
-                 test_timeout: float = 10.0, on_result: Callable[[TestOutcome], None] | None = None):
+                 test_timeout: float = 10.0, on_result: Callable[[TestOutcome], None] | None = None,
+                 remote=None, on_event: Callable[[dict], None] | None = None):
         self.namespace = namespace
+        self.remote = remote                 # a RemoteLearner while `kstore grade` runs
+        self.on_event = on_event or (lambda ev: None)
+        self.dead_tasks: dict[str, str] = {}
+        self.restart_failed: str | None = None
         self.tasks = set(tasks) if tasks is not None else None
         self.test_timeout = test_timeout
         self.on_result = on_result
@@ -132,6 +138,19 @@ class LearnerPlugin:
         outcome = self.outcomes.get(item.nodeid)
         if outcome is not None and outcome.task in self.timed_out_tasks:
             pytest.fail("not run: an earlier test of this task ran out of time", pytrace=False)
+        if outcome is not None and outcome.task in self.dead_tasks:
+            pytest.fail(f"not run: the notebook's process died in an earlier test of this task "
+                        f"({self.dead_tasks[outcome.task]})", pytrace=False)
+        if self.remote is not None and not self.remote.alive:
+            if self.restart_failed is None:
+                try:                         # a fresh learner process for this task
+                    self.remote.start()
+                    self.on_event({"event": "restart", "task": outcome.task if outcome else None})
+                except LearnerDied as e:
+                    self.restart_failed = e.how
+            if self.restart_failed is not None:     # once is enough: do not retry for every test
+                pytest.fail(f"not run: the notebook's process could not be started again "
+                            f"({self.restart_failed})", pytrace=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
@@ -172,6 +191,12 @@ class LearnerPlugin:
                 outcome.outcome, outcome.message, outcome.earned = kind, msg, 0.0
                 if kind == "timeout":
                     self.timed_out_tasks.add(outcome.task)
+            proc = self.remote.proc if self.remote is not None else None
+            if self.remote is not None and not self.remote.alive and outcome.task not in self.dead_tasks \
+                    and outcome.task not in self.timed_out_tasks and not (proc and proc.dead == STOPPED):
+                how = (proc.dead if proc is not None and proc.dead else "it stopped")
+                self.dead_tasks[outcome.task] = how
+                self.on_event({"event": "learner-died", "task": outcome.task, "test": outcome.name, "how": how})
             if self.on_result is not None:
                 self.on_result(outcome)
 
@@ -190,11 +215,14 @@ def pytest_args(files: list[str], tests_dir: Path | str | None = None) -> list[s
 
 def run_tests(namespace: dict[str, Any], exercise_ids: Iterable[str], *, tasks: Iterable[str] | None = None,
               test_timeout: float = 10.0, on_result: Callable[[TestOutcome], None] | None = None,
-              tests_dir: Path | str | None = None, collect_only: bool = False) -> RunResult:
-    """Run the tests of `exercise_ids` (only `tasks`, if given) against `namespace`."""
+              tests_dir: Path | str | None = None, collect_only: bool = False, remote=None,
+              on_event: Callable[[dict], None] | None = None) -> RunResult:
+    """Run the tests of `exercise_ids` (only `tasks`, if given) against `namespace`, or against the
+    learner's process `remote` (a RemoteLearner)."""
     exercise_ids = list(exercise_ids)
     _forget_other_copies(Path(tests_dir) if tests_dir else TESTS_DIR)
-    plugin = LearnerPlugin(namespace, tasks=tasks, test_timeout=test_timeout, on_result=on_result)
+    plugin = LearnerPlugin(namespace, tasks=tasks, test_timeout=test_timeout, on_result=on_result,
+                           remote=remote, on_event=on_event)
     args = pytest_args(test_files(exercise_ids, tests_dir), tests_dir)
     if collect_only:
         args.append("--collect-only")

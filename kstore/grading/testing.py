@@ -5,16 +5,40 @@ Each task is graded on its own. While a test of task ex04.2 runs, the names of t
 functions (ex04.1's `floor_segment`, ...) refer to the reference solutions, so a learner's
 `translate_offset` that calls their own broken `floor_segment` still gets ex04.2's points: one bug
 costs the points of the task it is in, and its feedback appears under that task.
+
+Where the learner's functions run. In a notebook (`check()`) and in the project's own suite they
+run in the test's process. Under `kstore grade` they run in a separate, confined learner process
+(`kstore.grading.sandbox`), and `learner.fn(args)` is a call across a socket. Rules for test
+authors, so a test works in both places:
+
+* Call the learner's functions as `learner.fn(...)` (or `expect_raises(learner.fn, ...)`) and
+  compare the *return value* in the test; never hand the learner a place to write its answer.
+* Plain data (None, bool, int, float, str, bytes, list, tuple, dict, set) is copied across. Named
+  tuples arrive as named tuples; a subclass of a plain type arrives as the plain type.
+* Anything else a test passes (a `SegmentView`, a `CountingFile`, a segment, a record, a predicate,
+  a list subclass that counts reads) stays in the test's process: the learner gets a stand-in whose
+  public attribute reads, calls, `len`, indexing, iteration, `in`, `bool`, `repr` are requests back
+  to the test's process. So counters such as `view.log.bytes_read` keep working, and identity holds
+  within one call (the learner may return the objects it was given: the test gets the originals).
+  Private attributes (`_x`), modules and classes are not reachable through a stand-in.
+* What the learner returns that is not plain data arrives as a read-only `LearnerObject` with the
+  object's public attributes (never the learner's own `__eq__`).
+* File descriptors: pass them as ints or as objects with `fileno()`; `os.sendfile` in the learner's
+  process is forwarded to the test's process (so a test can patch or count `os.sendfile`), for the
+  descriptors the call was given only. Other system calls on the test's descriptors do not work
+  from the learner's process: keep such work in the test, or forward it the same way
+  (`kstore.grading.sandbox.forwarded_sendfile`, served in `kstore.grading.remote`).
+* Exceptions come back as the nearest built-in type (a learner's `ValueError` subclass is a
+  `ValueError`), so `expect_raises(..., exceptions=(ValueError,))` works.
+* Compute the expected answer *before* calling the learner when the learner gets live objects
+  (a segment): their public methods are callable from the learner's side.
+* A test must not rely on the learner's process keeping state between calls: after a crash the
+  next task's tests run in a fresh process.
 """
 
 from __future__ import annotations
 
-import linecache
 import os
-import sys
-import traceback
-import types
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -23,6 +47,8 @@ from hypothesis import HealthCheck, Phase, settings
 from . import notebooks
 from .exercises import EXERCISES, FUNCTION_TASK, TASKS
 from .feedback import Mismatch, call_repr
+from .isolation import isolate as _isolate, learner_location
+from .remote import LearnerDied
 from .views import CountingFile, SegmentView, build_segment  # noqa: F401  (for the tests)
 
 
@@ -68,50 +94,19 @@ def reference(name: str) -> Callable:
 
 # ------------------------------------------------------------------ isolation
 def isolate(namespace: dict[str, Any], task_id: str) -> dict[str, Any]:
-    """A copy of `namespace` in which the other tasks' functions are the reference ones, and every
-    function the learner defined sees that copy as its globals."""
-    own = set(TASKS[task_id].functions)
-    exercise_id = TASKS[task_id].exercise_id
-    g = dict(namespace)
-    replaced = set()
-    for name, tid in FUNCTION_TASK.items():
-        if name in own:
-            continue
-        same_exercise = TASKS[tid].exercise_id == exercise_id
-        if same_exercise or name in namespace:
-            try:
-                g[name] = reference(name)
-                replaced.add(name)
-            except Exception:   # no solution notebook (a stripped copy of the course)
-                pass
-    for name, value in list(g.items()):
-        if name in replaced:
-            continue
-        if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
-            clone = types.FunctionType(value.__code__, g, value.__name__, value.__defaults__,
-                                       value.__closure__)
-            clone.__kwdefaults__ = value.__kwdefaults__
-            clone.__dict__.update(value.__dict__)
-            clone.__qualname__ = value.__qualname__
-            g[name] = clone
-    return g
+    """A copy of `namespace` in which the other tasks' functions are the reference ones."""
+    return _isolate(namespace, task_id, reference)
 
 
-_HERE = str(Path(__file__).resolve().parents[1])   # kstore/
+def _where(e: BaseException) -> str:
+    """Where in the learner's code `e` came from (told by the learner's process, or from the traceback)."""
+    where = getattr(e, "kstore_where", None)
+    return where if where is not None else learner_location(e.__traceback__)
 
 
-def _learner_location(tb) -> str:
-    """' (line 4 of your code: `return x[0]`)' for the innermost frame outside kstore and the tests."""
-    frames = traceback.extract_tb(tb)
-    for fr in reversed(frames):
-        fn = fr.filename or ""
-        if fn.startswith(_HERE) or "exercise_tests" in fn or "site-packages" in fn or \
-                fn.startswith(sys.prefix) or fn.startswith(getattr(sys, "base_prefix", sys.prefix)):
-            continue
-        line = (fr.line or linecache.getline(fn, fr.lineno) or "").strip()
-        return f"\n  at line {fr.lineno} of your code: {line}" if line else \
-            f"\n  at line {fr.lineno} of your code"
-    return ""
+def _died(call: str, e: LearnerDied) -> Mismatch:
+    return Mismatch(f"{call}\n  the notebook's process died while running it ({e.how}); the rest of this "
+                    f"task's tests are not run, the next tasks run in a fresh process")
 
 
 class Guarded:
@@ -126,6 +121,8 @@ class Guarded:
             return self.raw(*args, **kwargs)
         except Mismatch:
             raise
+        except LearnerDied as e:
+            raise _died(call_repr(self.name, *args, **kwargs), e) from None
         except NotImplementedError as e:
             raise Mismatch(f"{call_repr(self.name, *args, **kwargs)}\n  not implemented yet "
                            f"(raised NotImplementedError: {e})") from None
@@ -135,20 +132,33 @@ class Guarded:
         except MemoryError:
             raise Mismatch(f"{call_repr(self.name, *args, **kwargs)}\n  ran out of memory") from None
         except Exception as e:
-            where = _learner_location(e.__traceback__)
             raise Mismatch(f"{call_repr(self.name, *args, **kwargs)}\n  raised "
-                           f"{type(e).__name__}: {e}{where}") from None
+                           f"{getattr(e, 'kstore_type', type(e).__name__)}: {e}{_where(e)}") from None
         except SystemExit as e:
             raise Mismatch(f"{call_repr(self.name, *args, **kwargs)}\n  called sys.exit"
                            f"({e.code!r}); a function must return its answer") from None
 
 
-class Learner:
-    """The functions of one task, as a test uses them: `learner.write_varint(300)`."""
+class RemoteFunction:
+    """A learner's function in the learner's process (`kstore grade`): calling it sends the
+    arguments there as plain data and brings the answer back the same way."""
 
-    def __init__(self, namespace: dict[str, Any], task_id: str):
+    def __init__(self, remote, task_id: str, name: str):
+        self.remote, self.task_id, self.__name__ = remote, task_id, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.remote.call(self.task_id, self.__name__, args, kwargs)
+
+
+class Learner:
+    """The functions of one task, as a test uses them: `learner.write_varint(300)`. In the
+    notebook (`check()`) and the project's own suite they run here; while `kstore grade` runs, in
+    the learner's process (`remote`, a `kstore.grading.remote.RemoteLearner`)."""
+
+    def __init__(self, namespace: dict[str, Any], task_id: str, remote=None):
         self.task_id = task_id
         self._ns = namespace
+        self._remote = remote
         self._g: dict[str, Any] | None = None
 
     def _globals(self) -> dict[str, Any]:
@@ -156,10 +166,17 @@ class Learner:
             self._g = isolate(self._ns, self.task_id)
         return self._g
 
+    def _lookup(self, name: str) -> Any:
+        if self._remote is None:
+            return self._globals().get(name)
+        if name in self._remote.names:
+            return RemoteFunction(self._remote, self.task_id, name)
+        return None
+
     def __getattr__(self, name: str) -> Guarded:
         if name.startswith("_"):
             raise AttributeError(name)
-        value = self._globals().get(name)
+        value = self._lookup(name)
         if value is None and name not in FUNCTION_TASK:
             raise AttributeError(name)
         if value is None:
@@ -175,12 +192,15 @@ def expect_raises(fn: Guarded, args: tuple, *, call: str, what: str,
     """The learner's function must raise one of `exceptions` (any Exception by default)."""
     try:
         result = fn.raw(*args)
+    except LearnerDied as e:
+        raise _died(call, e) from None
     except NotImplementedError as e:
         raise Mismatch(f"{call}\n  not implemented yet (raised NotImplementedError: {e})") from None
     except exceptions:
         return
     except Exception as e:
-        raise Mismatch(f"{call}\n  raised {type(e).__name__}: {e}; expected {what}") from None
+        raise Mismatch(f"{call}\n  raised {getattr(e, 'kstore_type', type(e).__name__)}: {e}; "
+                       f"expected {what}") from None
     raise Mismatch(f"{call}\n  returned {result!r}; expected it to raise: {what}")
 
 
@@ -198,7 +218,9 @@ def learner_fixture(request) -> Learner:
     marker = request.node.get_closest_marker("task")
     if marker is None:
         raise RuntimeError(f"{request.node.nodeid} has no @task(...) marker")
-    return Learner(namespace_for(request), marker.args[0])
+    remote = next((getattr(p, "remote", None) for p in request.config.pluginmanager.get_plugins()
+                   if getattr(p, "kstore_learner", False)), None)
+    return Learner(namespace_for(request), marker.args[0], remote=remote)
 
 
 def scratch_dir(prefix: str = "kstore-ex-") -> str:

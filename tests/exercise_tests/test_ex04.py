@@ -32,7 +32,10 @@ def floor_mistakes(bases, offset):
              "this answer is the segment before it", bases[i - 1] if i and i < len(bases) and bases[i] == offset else object()),
             ("return the segment's base offset, not its position in the list",
              lambda a: isinstance(a, int) and a != engine_floor(bases, offset) and 0 <= a < len(bases) and a not in bases),
-            ("no segment holds an offset below the first base offset: return None", lambda a: a == -1)]
+            ("no segment holds an offset below the first base offset: return None", lambda a: a == -1),
+            ("this is the next segment (the ceiling: the smallest base offset above the offset); the offset "
+             "lives in the segment with the largest base offset ≤ it (bisect_right, then − 1)",
+             next((b for b in bases if b > offset), object()))]
 
 
 BASES = [0, 100, 250, 1000]

@@ -56,7 +56,8 @@ def check_range(learner, sizes, start, max_bytes, min_one, base=0):
     seg = build_segment(d, base, _batches(sizes, base), 200)
     try:
         view = SegmentView(seg, with_translate=True)
-        expect_equal(learner.fetch_range(view, start, max_bytes, min_one), engine_range(seg, start, max_bytes, min_one),
+        expected = engine_range(seg, start, max_bytes, min_one)    # before the learner's code touches seg
+        expect_equal(learner.fetch_range(view, start, max_bytes, min_one), expected,
                      call=f"fetch_range({view!r}, start_offset={start}, max_bytes={max_bytes}, "
                           f"min_one_message={min_one})",
                      inputs={"batches (position, offset, size)":

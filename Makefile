@@ -33,8 +33,9 @@ LAB_CMD = $(VENV)/bin/jupyter lab \
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-# (Re-)install the package, editable, with its test extras whenever pyproject.toml changes.
-$(STAMP): pyproject.toml | $(VPY)
+# (Re-)install the package, editable, with its test extras whenever pyproject.toml changes; the
+# editable install also (re)builds the optional native codec in place when its C source changes.
+$(STAMP): pyproject.toml setup.py kstore/_codec.c | $(VPY)
 	$(VPY) -m pip install -e '.[test]'
 	touch $@
 

@@ -372,7 +372,7 @@ class RecordBatch:
 
     # ---- validity
     def compute_crc(self) -> int:
-        return crc32c(bytes(self.buffer[ATTRIBUTES_OFFSET:self.size_in_bytes]))
+        return crc32c(memoryview(self.buffer)[ATTRIBUTES_OFFSET:self.size_in_bytes])
 
     def is_valid(self) -> bool:
         return (self.size_in_bytes >= RECORD_BATCH_OVERHEAD and len(self.buffer) >= self.size_in_bytes
@@ -499,7 +499,7 @@ def set_max_timestamp(buf: bytearray, pos: int, timestamp_type: TimestampType,
     struct.pack_into(">q", buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
     (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
     end = pos + LOG_OVERHEAD + length
-    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(bytes(buf[pos + ATTRIBUTES_OFFSET:end])))
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:end]))
 
 
 # ---- building (MemoryRecordsBuilder) ----

@@ -9,6 +9,7 @@
  *   decode_records(data, base_offset, base_timestamp,
  *                  log_append_time, base_sequence,
  *                  records_count, record_type)                -> records.decode_records
+ *   decode_keys(data, base_offset, records_count)              -> records.decode_keys
  *   encode_records(records, offsets, base_offset,
  *                  base_timestamp)                             -> records.encode_records
  *
@@ -388,6 +389,77 @@ done:
     return result;
 }
 
+/* The (offset, key) pairs of records.decode_keys: the same walk and checks as decode_records,
+ * but neither values nor headers become Python objects. */
+static PyObject *
+codec_decode_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, records_count;
+    if (!PyArg_ParseTuple(args, "y*LL:decode_keys", &data, &base_offset, &records_count))
+        return NULL;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    Py_ssize_t len = data.len, pos = 0;
+    PyObject *result = NULL, *out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    for (long long i = 0; i < records_count; i++) {
+        int64_t size, ts_delta, offset_delta, offset;
+        PyObject *key = NULL, *value = NULL, *headers = NULL;
+        int r = 0;
+        if (pos >= len || read_varint(d, len, &pos, &size) < 0)
+            goto fallback;
+        Py_ssize_t end = pos + size;
+        if (size < 0 || end > len)
+            goto fallback;
+        pos += 1;
+        if (read_varlong(d, len, &pos, &ts_delta) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
+            goto fallback;
+        if ((r = bytes_field(d, len, &pos, end, &key)) <= 0)
+            goto record_failed;
+        int64_t n;                                   /* the value: checked, not copied */
+        if (read_varint(d, len, &pos, &n) < 0 || (n >= 0 && pos + n > end)) {
+            r = 0;
+            goto record_failed;
+        }
+        if (n > 0)
+            pos += n;
+        if ((r = read_headers(d, len, &pos, end, &headers)) <= 0)
+            goto record_failed;
+        Py_CLEAR(headers);
+        if (pos != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &offset)) {
+            r = 0;
+            goto record_failed;
+        }
+        PyObject *pair = Py_BuildValue("(LN)", (long long)offset, key);
+        key = NULL;
+        if (pair == NULL || PyList_Append(out, pair) < 0) {
+            Py_XDECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+        continue;
+    record_failed:
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(headers);
+        if (r < 0)
+            goto done;
+        goto fallback;
+    }
+    if (pos != len)
+        goto fallback;
+    result = out;
+    out = NULL;
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* encode_records                                                                             */
 /* ------------------------------------------------------------------------------------------ */
@@ -605,6 +677,9 @@ static PyMethodDef codec_methods[] = {
      "decode_records(data, base_offset, base_timestamp, log_append_time, base_sequence, "
      "records_count, record_type) -> list or None.\n"
      "Mirrors kstore.records.decode_records; None where the reference raises."},
+    {"decode_keys", codec_decode_keys, METH_VARARGS,
+     "decode_keys(data, base_offset, records_count) -> list of (offset, key) or None.\n"
+     "Mirrors kstore.records.decode_keys; None where the reference raises."},
     {"encode_records", codec_encode_records, METH_VARARGS,
      "encode_records(records, offsets, base_offset, base_timestamp) -> bytes or None.\n"
      "Mirrors kstore.records.encode_records; None where the reference raises or takes other types."},

@@ -256,6 +256,13 @@ def decode_records(data, base_offset: int, base_timestamp: int, log_append_time:
     return out
 
 
+def decode_keys(data, base_offset: int, records_count: int) -> list[tuple[int, bytes | None]]:
+    """(offset, key) of every record in a records section, checked as `decode_records` checks
+    it: all the cleaner's offset map needs (the native codec builds no other objects)."""
+    return [(r.offset, r.key)
+            for r in decode_records(data, base_offset, 0, None, NO_SEQUENCE, records_count)]
+
+
 def validate_records(data, base_offset: int, records_count: int) -> tuple[int, bool]:
     """Walk a producer batch's records section checking what `decode_records` checks, without
     building Record objects; offset deltas must be 0, 1, 2, ... Return (count, null key seen)."""
@@ -443,6 +450,18 @@ class RecordBatch:
             if out is not None:
                 return out
         return decode_records(*args)
+
+    def keys_and_offsets(self) -> list[tuple[int, bytes | None]]:
+        """(offset, key) of every record, without building Record objects where the native codec
+        runs (the cleaner's offset map)."""
+        self._check_v2()
+        data = self.records_view()
+        native = native_codec()
+        if native is not None:
+            out = native.decode_keys(data, self.base_offset, self.records_count)
+            if out is not None:
+                return out
+        return decode_keys(data, self.base_offset, self.records_count)
 
     def _check_v2(self) -> None:
         if self.magic != CURRENT_MAGIC:
@@ -683,4 +702,4 @@ _MIRRORED = tuple((module, name, module.__dict__[name]) for module, name in (
     (varint, "write_varint"), (varint, "write_varlong"), (varint, "write_unsigned_varint"),
     (_THIS, "encode_record"), (_THIS, "decode_record"), (_THIS, "_read_bytes_field"),
     (_THIS, "_bytes_field"), (_THIS, "encode_records"), (_THIS, "decode_records"),
-    (_THIS, "validate_records")))
+    (_THIS, "decode_keys"), (_THIS, "validate_records")))

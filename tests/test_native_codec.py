@@ -1,6 +1,7 @@
 """The native codec (kstore/_codec.c) against the pure-Python reference (kstore/records.py).
 
-Differential property tests: the same inputs go to both. Where the reference returns, the native
+Differential property tests: the same inputs go to every function the C code mirrors
+(encode_records, decode_records, decode_keys, validate_records). Where the reference returns, the native
 function returns the same value (same bytes, equal records); where the reference raises, the
 native function returns None so the engine re-runs the reference and the user sees the reference's
 exception and message (checked through RecordBatch on both paths). A subprocess with
@@ -118,6 +119,15 @@ def compare_decode(data, base_offset, base_ts, lat, base_seq, count):
         assert got is None, expected
 
 
+def compare_keys(data, base_offset, count):
+    expected = outcome(records.decode_keys, data, base_offset, count)
+    got = C.decode_keys(data, base_offset, count)
+    if expected[0] == "ok":
+        assert got == expected[1]
+    else:
+        assert got is None, expected
+
+
 def compare_validate(data, base_offset, count):
     expected = outcome(records.validate_records, data, base_offset, count)
     got = C.validate_records(data, base_offset, count)
@@ -134,6 +144,7 @@ def test_decode_and_validate_well_formed(recs, base_offset, lat, base_seq):
     data, base_ts = section(recs)
     compare_decode(data, base_offset, base_ts, lat, base_seq, len(recs))
     compare_validate(data, base_offset, len(recs))
+    compare_keys(data, base_offset, len(recs))
     assert C.decode_records(memoryview(bytearray(data)), base_offset, base_ts, lat, base_seq,
                             len(recs), Record) == records.decode_records(
         data, base_offset, base_ts, lat, base_seq, len(recs))
@@ -170,6 +181,7 @@ def test_decode_and_validate_damaged(data, lat, base_seq):
     raw, base_ts, count = data
     compare_decode(raw, 10, base_ts, lat, base_seq, count)
     compare_validate(raw, 10, count)
+    compare_keys(raw, 10, count)
 
 
 @SETTINGS
@@ -177,6 +189,7 @@ def test_decode_and_validate_damaged(data, lat, base_seq):
 def test_decode_and_validate_random_bytes(raw, count):
     compare_decode(raw, 0, 0, None, NO_SEQUENCE, count)
     compare_validate(raw, 0, count)
+    compare_keys(raw, 0, count)
 
 
 def test_varint_limits_defer_to_the_reference():
@@ -185,6 +198,7 @@ def test_varint_limits_defer_to_the_reference():
                 b"\xff\xff\xff\xff\x7f"):
         compare_decode(raw, 0, 0, None, NO_SEQUENCE, 1)
         compare_validate(raw, 0, 1)
+        compare_keys(raw, 0, 1)
 
 
 def test_overflowing_timestamps_and_offsets_give_the_references_big_ints():
@@ -193,6 +207,7 @@ def test_overflowing_timestamps_and_offsets_give_the_references_big_ints():
     # base + delta overflows int64 in C (timestamp, then offset); the reference gives Python ints.
     assert C.decode_records(data, 0, top, None, -1, 2, Record) is None
     assert C.decode_records(data, top, 0, None, -1, 2, Record) is None
+    assert C.decode_keys(data, top, 2) is None
     assert records.decode_records(data, 0, top, None, -1, 2)[1].timestamp == top + 10
     assert records.decode_records(data, top, 0, None, -1, 2)[1].offset == top + 1
 
@@ -227,7 +242,7 @@ cases = [good, good[:-3], good[:70] + b"\xff" + good[71:], good[:61] + b"\x00" +
 for raw in cases:
     batch = RecordBatch(raw)
     row = []
-    for call in (batch.validate_records, lambda: [tuple(r.__getattribute__(f) for f in
+    for call in (batch.validate_records, batch.keys_and_offsets, lambda: [tuple(r.__getattribute__(f) for f in
                  ("key", "value", "timestamp", "headers", "offset", "sequence")) for r in batch.records()]):
         try:
             row.append(["ok", repr(call())])

@@ -8,7 +8,9 @@ compare the two, as chapter 01 does.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 
 def _load():
@@ -24,3 +26,15 @@ def _load():
 
 codec, description = _load()
 """`codec`: the extension module, or None when the pure-Python reference runs."""
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    """Run the pure-Python reference inside the block even where the native codec is built: the
+    course and the benchmarks measure the same work both ways in one process."""
+    global codec
+    saved, codec = codec, None
+    try:
+        yield
+    finally:
+        codec = saved

@@ -293,3 +293,16 @@ def test_log_append_time_and_sequences(lat):
         assert C.decode_records(data, 0, base_ts, lat, seq, 2, Record) == \
             records.decode_records(data, 0, base_ts, lat, seq, 2)
     assert C.validate_records(data, 0, 2) == (2, True)
+
+
+def test_engine_tests_pass_on_the_pure_python_path():
+    """The record, log and segment tests again, in a process running the pure-Python codec (the
+    rest of this suite runs the native one wherever it is built)."""
+    env = {**os.environ, "KSTORE_PURE_PYTHON": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+         "tests/test_records.py", "tests/test_log.py", "tests/test_segment.py"],
+        capture_output=True, text=True, env=env, timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout

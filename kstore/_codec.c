@@ -295,167 +295,143 @@ increment_sequence(int64_t sequence, int64_t increment)
     return sequence + increment;
 }
 
+/* Skip a length-prefixed bytes field, checking it as bytes_field does (1 = ok, 0 = reference raises). */
+static int
+skip_field(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t end)
+{
+    int64_t n;
+    if (read_varint(d, len, pos, &n) < 0 || (n >= 0 && *pos + n > end))
+        return 0;
+    if (n > 0)
+        *pos += n;
+    return 1;
+}
+
+typedef struct {
+    long long base_offset, base_timestamp, log_append_time, base_sequence, records_count;
+    int has_lat;
+    PyTypeObject *type;          /* Record class; NULL = (offset, key) pairs (decode_keys) */
+} DecodeArgs;
+
+/* One record as a Record, or as an (offset, key) pair: 1 = *out set, 0 = the reference raises,
+ * -1 = a Python error. */
+static int
+decode_one(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, const DecodeArgs *a,
+           PyObject *setters[6], int use_slots, PyObject **out)
+{
+    int64_t size, ts_delta, offset_delta, timestamp, offset;
+    PyObject *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    int r = 0;
+    if (read_varint(d, len, pos, &size) < 0)
+        return 0;
+    Py_ssize_t end = *pos + size;
+    if (size < 0 || end > len)
+        return 0;
+    *pos += 1;                                               /* attributes */
+    if (read_varlong(d, len, pos, &ts_delta) < 0 || read_varint(d, len, pos, &offset_delta) < 0)
+        return 0;
+    if ((r = bytes_field(d, len, pos, end, &f[0])) <= 0)
+        goto failed;
+    r = a->type ? bytes_field(d, len, pos, end, &f[1]) : skip_field(d, len, pos, end);
+    if (r <= 0 || (r = read_headers(d, len, pos, end, &f[3])) <= 0)
+        goto failed;
+    r = 0;
+    if (*pos != end || __builtin_add_overflow((int64_t)a->base_offset, offset_delta, &offset))
+        goto failed;
+    if (a->type == NULL) {                                   /* decode_keys */
+        *out = Py_BuildValue("(LO)", (long long)offset, f[0]);
+        r = *out ? 1 : -1;
+        goto failed;                                         /* (releases the fields) */
+    }
+    if (a->has_lat)
+        timestamp = a->log_append_time;
+    else if (__builtin_add_overflow((int64_t)a->base_timestamp, ts_delta, &timestamp))
+        goto failed;                                         /* the reference gives a big int */
+    f[2] = PyLong_FromLongLong(timestamp);
+    f[4] = PyLong_FromLongLong(offset);
+    f[5] = PyLong_FromLongLong(a->base_sequence < 0 ? NO_SEQUENCE
+                               : increment_sequence(a->base_sequence, offset_delta));
+    if (f[2] == NULL || f[4] == NULL || f[5] == NULL) {
+        r = -1;
+        goto failed;
+    }
+    *out = new_record(a->type, setters, use_slots, f);
+    r = *out ? 1 : -1;
+failed:
+    for (int k = 0; k < 6; k++)
+        Py_XDECREF(f[k]);
+    return r;
+}
+
+/* The loop of records.decode_records (and decode_keys): a list, or None where the reference raises. */
+static PyObject *
+decode_walk(Py_buffer *data, const DecodeArgs *a)
+{
+    PyObject *setters[6];
+    int use_slots = a->type ? slot_setters(a->type, setters) : 0;
+    const uint8_t *d = (const uint8_t *)data->buf;
+    Py_ssize_t len = data->len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (long long i = 0; i < a->records_count; i++) {
+        PyObject *item = NULL;
+        int r = pos >= len ? 0 : decode_one(d, len, &pos, a, setters, use_slots, &item);
+        if (r == 1 && PyList_Append(out, item) < 0)
+            r = -1;
+        Py_XDECREF(item);
+        if (r <= 0) {
+            Py_DECREF(out);
+            return r < 0 ? NULL : Py_NewRef(Py_None);
+        }
+    }
+    if (pos != len) {
+        Py_DECREF(out);
+        return Py_NewRef(Py_None);
+    }
+    return out;
+}
+
 static PyObject *
 codec_decode_records(PyObject *self, PyObject *args)
 {
     Py_buffer data;
-    long long base_offset, base_timestamp, base_sequence, records_count;
-    PyObject *log_append_time_obj, *type_obj;
-    if (!PyArg_ParseTuple(args, "y*LLOLLO:decode_records", &data, &base_offset, &base_timestamp,
-                          &log_append_time_obj, &base_sequence, &records_count, &type_obj))
+    DecodeArgs a = {0};
+    PyObject *log_append_time_obj, *type_obj, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*LLOLLO:decode_records", &data, &a.base_offset,
+                          &a.base_timestamp, &log_append_time_obj, &a.base_sequence,
+                          &a.records_count, &type_obj))
         return NULL;
-    PyObject *result = NULL, *out = NULL;
-    int has_lat = log_append_time_obj != Py_None;
-    long long log_append_time = 0;
     if (!PyType_Check(type_obj)) {
         PyErr_SetString(PyExc_TypeError, "record_type must be a class");
         goto done;
     }
-    if (has_lat) {
-        log_append_time = PyLong_AsLongLong(log_append_time_obj);
-        if (log_append_time == -1 && PyErr_Occurred()) {
+    a.type = (PyTypeObject *)type_obj;
+    a.has_lat = log_append_time_obj != Py_None;
+    if (a.has_lat) {
+        a.log_append_time = PyLong_AsLongLong(log_append_time_obj);
+        if (a.log_append_time == -1 && PyErr_Occurred()) {
             PyErr_Clear();
             result = Py_NewRef(Py_None);             /* out of range: the reference handles it */
             goto done;
         }
     }
-    PyTypeObject *type = (PyTypeObject *)type_obj;
-    PyObject *setters[6];
-    int use_slots = slot_setters(type, setters);
-
-    const uint8_t *d = (const uint8_t *)data.buf;
-    Py_ssize_t len = data.len, pos = 0;
-    out = PyList_New(0);
-    if (out == NULL)
-        goto done;
-    for (long long i = 0; i < records_count; i++) {
-        int64_t size, ts_delta, offset_delta, timestamp, offset;
-        PyObject *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-        int r = 0;
-        if (pos >= len || read_varint(d, len, &pos, &size) < 0)
-            goto fallback;
-        Py_ssize_t end = pos + size;
-        if (size < 0 || end > len)
-            goto fallback;
-        pos += 1;                                            /* attributes */
-        if (read_varlong(d, len, &pos, &ts_delta) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
-            goto fallback;
-        if ((r = bytes_field(d, len, &pos, end, &f[0])) <= 0 ||
-            (r = bytes_field(d, len, &pos, end, &f[1])) <= 0 ||
-            (r = read_headers(d, len, &pos, end, &f[3])) <= 0)
-            goto record_failed;
-        if (pos != end)
-            goto record_failed;
-        if (has_lat)
-            timestamp = log_append_time;
-        else if (__builtin_add_overflow((int64_t)base_timestamp, ts_delta, &timestamp))
-            goto record_failed;                              /* the reference gives a big int */
-        if (__builtin_add_overflow((int64_t)base_offset, offset_delta, &offset))
-            goto record_failed;
-        f[2] = PyLong_FromLongLong(timestamp);
-        f[4] = PyLong_FromLongLong(offset);
-        f[5] = PyLong_FromLongLong(base_sequence < 0 ? NO_SEQUENCE
-                                   : increment_sequence(base_sequence, offset_delta));
-        if (f[2] == NULL || f[4] == NULL || f[5] == NULL) {
-            r = -1;
-            goto record_failed;
-        }
-        PyObject *record = new_record(type, setters, use_slots, f);
-        for (int k = 0; k < 6; k++)
-            Py_XDECREF(f[k]);
-        if (record == NULL || PyList_Append(out, record) < 0) {
-            Py_XDECREF(record);
-            goto done;
-        }
-        Py_DECREF(record);
-        continue;
-    record_failed:
-        for (int k = 0; k < 6; k++)
-            Py_XDECREF(f[k]);
-        if (r < 0)
-            goto done;
-        goto fallback;
-    }
-    if (pos != len)
-        goto fallback;
-    result = out;
-    out = NULL;
-    goto done;
-fallback:
-    result = Py_NewRef(Py_None);
+    result = decode_walk(&data, &a);
 done:
-    Py_XDECREF(out);
     PyBuffer_Release(&data);
     return result;
 }
 
 /* The (offset, key) pairs of records.decode_keys: the same walk and checks as decode_records,
- * but neither values nor headers become Python objects. */
+ * but neither values nor headers are returned. */
 static PyObject *
 codec_decode_keys(PyObject *self, PyObject *args)
 {
     Py_buffer data;
-    long long base_offset, records_count;
-    if (!PyArg_ParseTuple(args, "y*LL:decode_keys", &data, &base_offset, &records_count))
+    DecodeArgs a = {0};
+    if (!PyArg_ParseTuple(args, "y*LL:decode_keys", &data, &a.base_offset, &a.records_count))
         return NULL;
-    const uint8_t *d = (const uint8_t *)data.buf;
-    Py_ssize_t len = data.len, pos = 0;
-    PyObject *result = NULL, *out = PyList_New(0);
-    if (out == NULL)
-        goto done;
-    for (long long i = 0; i < records_count; i++) {
-        int64_t size, ts_delta, offset_delta, offset;
-        PyObject *key = NULL, *value = NULL, *headers = NULL;
-        int r = 0;
-        if (pos >= len || read_varint(d, len, &pos, &size) < 0)
-            goto fallback;
-        Py_ssize_t end = pos + size;
-        if (size < 0 || end > len)
-            goto fallback;
-        pos += 1;
-        if (read_varlong(d, len, &pos, &ts_delta) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
-            goto fallback;
-        if ((r = bytes_field(d, len, &pos, end, &key)) <= 0)
-            goto record_failed;
-        int64_t n;                                   /* the value: checked, not copied */
-        if (read_varint(d, len, &pos, &n) < 0 || (n >= 0 && pos + n > end)) {
-            r = 0;
-            goto record_failed;
-        }
-        if (n > 0)
-            pos += n;
-        if ((r = read_headers(d, len, &pos, end, &headers)) <= 0)
-            goto record_failed;
-        Py_CLEAR(headers);
-        if (pos != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &offset)) {
-            r = 0;
-            goto record_failed;
-        }
-        PyObject *pair = Py_BuildValue("(LN)", (long long)offset, key);
-        key = NULL;
-        if (pair == NULL || PyList_Append(out, pair) < 0) {
-            Py_XDECREF(pair);
-            goto done;
-        }
-        Py_DECREF(pair);
-        continue;
-    record_failed:
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        Py_XDECREF(headers);
-        if (r < 0)
-            goto done;
-        goto fallback;
-    }
-    if (pos != len)
-        goto fallback;
-    result = out;
-    out = NULL;
-    goto done;
-fallback:
-    result = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(out);
+    PyObject *result = decode_walk(&data, &a);
     PyBuffer_Release(&data);
     return result;
 }

@@ -442,26 +442,15 @@ class RecordBatch:
         data = self.records_view()
         log_append_time = (self.max_timestamp
                            if self.timestamp_type is TimestampType.LOG_APPEND_TIME else None)
-        args = (data, self.base_offset, self.base_timestamp, log_append_time, self.base_sequence,
-                self.records_count)
-        native = native_codec()
-        if native is not None:
-            out = native.decode_records(*args, Record)
-            if out is not None:
-                return out
-        return decode_records(*args)
+        return _run_codec("decode_records", data, self.base_offset, self.base_timestamp,
+                          log_append_time, self.base_sequence, self.records_count,
+                          native_extra=(Record,))
 
     def keys_and_offsets(self) -> list[tuple[int, bytes | None]]:
         """(offset, key) of every record, without building Record objects where the native codec
         runs (the cleaner's offset map)."""
         self._check_v2()
-        data = self.records_view()
-        native = native_codec()
-        if native is not None:
-            out = native.decode_keys(data, self.base_offset, self.records_count)
-            if out is not None:
-                return out
-        return decode_keys(data, self.base_offset, self.records_count)
+        return _run_codec("decode_keys", self.records_view(), self.base_offset, self.records_count)
 
     def _check_v2(self) -> None:
         if self.magic != CURRENT_MAGIC:
@@ -478,13 +467,8 @@ class RecordBatch:
 
         Offset deltas must be 0, 1, 2, ... (a producer's batch): the leader's validation path."""
         self._check_v2()
-        data = self.records_view()
-        native = native_codec()
-        if native is not None:
-            result = native.validate_records(data, self.base_offset, self.records_count)
-            if result is not None:
-                return result
-        return validate_records(data, self.base_offset, self.records_count)
+        return _run_codec("validate_records", self.records_view(), self.base_offset,
+                          self.records_count)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
@@ -596,13 +580,21 @@ def build_batch(records: Iterable[Record], *, base_offset: int = 0,
 
 
 def _encode_body(records: list, offsets, base_offset: int, base_timestamp: int) -> bytes:
+    if offsets is not None and not isinstance(offsets, list):
+        offsets = list(offsets)
+    return _run_codec("encode_records", records, offsets, base_offset, base_timestamp)
+
+
+def _run_codec(name: str, *args, native_extra: tuple = ()):
+    """Call codec function `name`: the native one when it may stand in and takes the input, else
+    this module's (the reference, or a learner's function plugged in its place), which also
+    raises the errors."""
     codec = native_codec()
     if codec is not None:
-        body = codec.encode_records(records, offsets if offsets is None or isinstance(offsets, list)
-                                    else list(offsets), base_offset, base_timestamp)
-        if body is not None:
-            return body
-    return encode_records(records, offsets, base_offset, base_timestamp)
+        out = getattr(codec, name)(*args, *native_extra)
+        if out is not None:
+            return out
+    return globals()[name](*args)
 
 
 def build_empty_batch(*, base_offset: int, last_offset: int, max_timestamp: int,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import Iterator
 
 
@@ -24,8 +25,15 @@ def _load():
     return _codec, "native (kstore/_codec.c)"
 
 
+class NativeCodecMissing(RuntimeWarning):
+    """The native codec is not built: kstore runs the pure-Python one (same results, slower)."""
+
+
 codec, description = _load()
 """`codec`: the extension module, or None when the pure-Python reference runs."""
+if codec is None and "not built" in description:
+    # pip hides the build's own notice, so the one notice a user sees is this one, once.
+    warnings.warn(f"kstore: {description}", NativeCodecMissing, stacklevel=2)
 
 
 @contextlib.contextmanager

@@ -304,3 +304,22 @@ def test_engine_tests_pass_on_the_pure_python_path():
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+
+
+def test_without_the_extension_kstore_warns_once_and_runs_the_pure_path():
+    script = ("import sys, warnings\n"
+              "sys.modules['kstore._codec'] = None   # as on a machine without a compiler\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              "    from kstore import native, records\n"
+              "    import kstore.log, kstore.cleaner\n"
+              "print(native.codec, records.native_codec(), len(caught))\n"
+              "print(caught[0].message)\n"
+              "print(records.RecordBatch(records.build_batch([records.Record(b'k', b'v', 1)]))"
+              ".validate_records())\n")
+    env = {k: v for k, v in os.environ.items() if k != "KSTORE_PURE_PYTHON"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out[0] == "None None 1"
+    assert out[1].startswith("kstore: pure Python (the native codec is not built")
+    assert out[2] == "(1, False)"

@@ -71,6 +71,10 @@ class LogManager:
                     self.broker_epoch = int(json.load(f).get("brokerEpoch", -1))
             except (ValueError, OSError):
                 self.broker_epoch = -1
+            # Removed before any file is touched (Kafka removes it after loading): loading resizes
+            # the active segments' indexes, and a crash in between must not leave a marker that
+            # makes the next start trust those index files.
+            os.remove(marker)
         recovery_points = self._recovery_file.read()
         start_offsets = self._start_file.read()
         for name in sorted(os.listdir(self.log_dir)):
@@ -87,8 +91,6 @@ class LogManager:
                                       had_clean_shutdown=self.had_clean_shutdown,
                                       events=self.events, scheduler=self.scheduler,
                                       single_replica=self.single_replica)
-        if self.had_clean_shutdown:
-            os.remove(marker)  # from now on a crash must trigger recovery
 
     def config_for(self, topic: str) -> LogConfig:
         return self.default_config.with_overrides(self.topic_configs.get(topic, {}))

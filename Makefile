@@ -33,10 +33,11 @@ LAB_CMD = $(VENV)/bin/jupyter lab \
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-# (Re-)install the package, editable, with its test extras whenever pyproject.toml changes.
+# (Re-)install the package, editable, with its test extras whenever pyproject.toml changes; the
+# editable install also (re)builds the optional native codec in place when its C source changes.
 # editable_mode=compat puts the project directory on sys.path (a .pth file), so Spark's lookup of
 # installed `pyspark_*` data-source modules (pkgutil.iter_modules) finds pyspark_kstore.py.
-$(STAMP): pyproject.toml | $(VPY)
+$(STAMP): pyproject.toml setup.py kstore/_codec.c | $(VPY)
 	$(VPY) -m pip install -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 

@@ -74,8 +74,8 @@ E2E_RECORDS = {"confluent-kafka": max(10_000, int(1_000_000 * SCALE)),
                "kafka-python": max(10_000, int((1_000_000 if E2E_FULL else 250_000) * SCALE))}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MODES = ("kstore_sendfile", "kstore_copy", "plain_sendfile_rr", "plain_sendfile_stream")
-LABELS = {"kstore_sendfile": "kstore Fetch, sendfile (zero-copy)",
-          "kstore_copy": "kstore Fetch, copy path",
+LABELS = {"kstore_sendfile": "kstore broker serving Fetch, sendfile (client decodes no records)",
+          "kstore_copy": "kstore broker serving Fetch, copy path (client decodes no records)",
           "plain_sendfile_rr": "plain sendfile, request/response",
           "plain_sendfile_stream": "plain sendfile, stream"}
 
@@ -128,11 +128,12 @@ def wait_listening(proc: subprocess.Popen, port: int, timeout_s: float = 30.0) -
 class Server:
     """A server child process (kstore serve, or this file's plain sendfile server)."""
 
-    def __init__(self, args: list[str], log: Path):
+    def __init__(self, args: list[str], log: Path, env: dict | None = None):
         self.port = free_port()
         self.log = open(log, "ab")
         self.proc = subprocess.Popen([sys.executable, *args, "--port", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=common.ROOT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=common.ROOT,
+                                     env={**os.environ, **(env or {})})
         wait_listening(self.proc, self.port)
         self.clock = process_clock(self.proc.pid)
 
@@ -149,9 +150,12 @@ class Server:
         self.log.close()
 
 
-def kstore_serve(log_dir: Path, *extra: str) -> Server:
+def kstore_serve(log_dir: Path, *extra: str, pure_python: bool = False) -> Server:
+    """`kstore serve` in its own process; pure_python=True sets KSTORE_PURE_PYTHON=1 (the broker
+    then validates and stamps batches with the pure-Python codec)."""
+    env = {"KSTORE_PURE_PYTHON": "1"} if pure_python else {"KSTORE_PURE_PYTHON": ""}
     return Server(["-m", "kstore", "serve", "--log-dir", str(log_dir), *extra],
-                  log_dir.parent / "serve-output.txt")
+                  log_dir.parent / "serve-output.txt", env=env)
 
 
 def plain_sendfile_server(path: str, port: int) -> None:
@@ -470,27 +474,13 @@ def e2e(tmp: Path) -> dict:
 
         # ---- confluent-kafka
         n = E2E_RECORDS["confluent-kafka"]
-        producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 10,
-                                "batch.size": 1_000_000, "enable.idempotence": True,
-                                "queue.buffering.max.messages": 2_000_000,
-                                "queue.buffering.max.kbytes": 1_048_576})
-        producer.produce("e2e-ck", value=values[0], partition=0)
-        producer.flush(30)
-        cpu0, t0 = server.cpu(), now()
-        for i in range(1, n):
-            while True:
-                try:
-                    producer.produce("e2e-ck", value=values[i % 1000], partition=0)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            if i % 10000 == 0:
-                producer.poll(0)
-        if producer.flush(600):
-            raise RuntimeError("confluent-kafka could not deliver everything")
-        prod = _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
+        prod = ck_produce(server, n, values)
+        # librdkafka backs a partition's fetcher off (fetch.queue.backoff.ms, 1 s by default) once
+        # its queue holds queued.min.messages; that, not the broker, would cap this run.
         consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                                "enable.auto.commit": False, "enable.partition.eof": False})
+                                "enable.auto.commit": False, "enable.partition.eof": False,
+                                "fetch.queue.backoff.ms": 0, "fetch.error.backoff.ms": 0,
+                                "queued.min.messages": 1_000_000})
         consumer.assign([ck.TopicPartition("e2e-ck", 0, ck.OFFSET_BEGINNING)])
         got, cpu0, t0 = 0, server.cpu(), now()
         last = None
@@ -507,17 +497,59 @@ def e2e(tmp: Path) -> dict:
         out["confluent-kafka"] = {"records": n, "produce": prod, "consume": cons,
                                   "producer_config": "acks=all, enable.idempotence=true, "
                                                      "linger.ms=10, batch.size=1000000, no compression",
-                                  "consumer_config": "assign, defaults (check.crcs=false)"}
+                                  "consumer_config": "assign, fetch.queue.backoff.ms=0, "
+                                                     "fetch.error.backoff.ms=0, "
+                                                     "queued.min.messages=1000000, check.crcs=false"}
         _print_e2e("confluent-kafka", out["confluent-kafka"])
     finally:
         server.stop()
+    # The same produce run against a broker running the pure-Python codec (the goal table's
+    # pure-Python column).
+    pure = kstore_serve(tmp / "e2e-logs-pure", "--override", "num.partitions=1", pure_python=True)
+    try:
+        n = E2E_RECORDS["confluent-kafka"]
+        row = {"records": n, "produce": ck_produce(pure, n, values),
+               "producer_config": "as confluent-kafka; broker with KSTORE_PURE_PYTHON=1"}
+        out["confluent-kafka-pure-broker"] = row
+        x = row["produce"]
+        print(f"    {'confluent-kafka':<16} produce  {x['records']:>9,} records in {x['seconds']:6.2f} s = "
+              f"{x['records_per_s']:>10,.0f} records/s to a pure-Python-codec broker; broker CPU "
+              f"{x['broker_cpu_us_per_record']:.2f} us/record", flush=True)
+    finally:
+        pure.stop()
     return out
+
+
+def ck_produce(server: Server, n: int, values: list[bytes]) -> dict:
+    """confluent-kafka producing n 100-byte records to partition 0 of topic e2e-ck; the row for
+    the n-1 records after the first (which waits for the connection and metadata)."""
+    import confluent_kafka as ck
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "linger.ms": 10,
+                            "batch.size": 1_000_000, "enable.idempotence": True,
+                            "queue.buffering.max.messages": 2_000_000,
+                            "queue.buffering.max.kbytes": 1_048_576})
+    producer.produce("e2e-ck", value=values[0], partition=0)
+    producer.flush(30)
+    cpu0, t0 = server.cpu(), now()
+    for i in range(1, n):
+        while True:
+            try:
+                producer.produce("e2e-ck", value=values[i % 1000], partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10000 == 0:
+            producer.poll(0)
+    if producer.flush(600):
+        raise RuntimeError("confluent-kafka could not deliver everything")
+    return _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
 
 
 def _e2e_row(n: int, seconds: float, cpu0, cpu1) -> dict:
     broker_cpu = cpu1[0] - cpu0[0]
     return {"records": n, "seconds": seconds, "records_per_s": n / seconds,
             "payload_MB_s": n * VALUE_SIZE / seconds / MB, "broker_cpu_s": broker_cpu,
+            "broker_cores": broker_cpu / seconds,
             "broker_cpu_us_per_record": broker_cpu / n * 1e6}
 
 
@@ -582,14 +614,17 @@ def summary(data: dict) -> str:
     big, small = rows["kstore_sendfile"][-1], rows["kstore_sendfile"][0]
     copy_big = rows["kstore_copy"][-1]
     e = data["e2e"]
-    return (f"{_size(big['fetch_size'])} fetches {big['MB_s']:.0f} MB/s sendfile vs "
+    return (f"broker serving rate (the client decodes no records): "
+            f"{_size(big['fetch_size'])} fetches {big['MB_s']:.0f} MB/s sendfile vs "
             f"{copy_big['MB_s']:.0f} copy ({big['ratio_sendfile_over_copy']:.2f}x, server CPU "
             f"{big['server_cpu_s_per_GB']:.2f} vs {copy_big['server_cpu_s_per_GB']:.2f} s/GB) = "
             f"{big['ratio_vs_plain_best']:.2f}x plain sendfile; {_size(small['fetch_size'])}: "
-            f"{small['MB_s']:.0f} MB/s; e2e records/s produce/consume: "
+            f"{small['MB_s']:.0f} MB/s; e2e records/s produce/consume (clients decode): "
             + ", ".join(f"{k} {common.fmt_rate(v['produce']['records_per_s'])}/"
                         f"{common.fmt_rate(v['consume']['records_per_s'])} ({v['records']:,})"
-                        for k, v in e.items()))
+                        for k, v in e.items() if "consume" in v)
+            + "".join(f"; {k} produce {common.fmt_rate(v['produce']['records_per_s'])}"
+                      for k, v in e.items() if "consume" not in v))
 
 
 def _draw(axes, rows, ends) -> None:
@@ -629,10 +664,11 @@ def _draw(axes, rows, ends) -> None:
     ax = axes[2]
     labels, vals = [], []
     for client, r in ends.items():
-        for phase in ("produce", "consume"):
+        for phase in (p for p in ("produce", "consume") if p in r):
             labels.append(f"{client}\n{phase}")
             vals.append(r[phase]["records_per_s"])
-    bars = ax.bar(range(len(vals)), vals, color=["tab:green", "tab:olive", "tab:purple", "tab:pink"])
+    bars = ax.bar(range(len(vals)), vals,
+                  color=["tab:green", "tab:olive", "tab:purple", "tab:pink", "tab:brown"][:len(vals)])
     for b, v in zip(bars, vals):
         ax.annotate(common.fmt_rate(v), (b.get_x() + b.get_width() / 2, v), ha="center",
                     va="bottom", fontsize=8)

@@ -282,7 +282,8 @@ def summary(data: dict) -> str:
     """One line for run_all.py."""
     t = {r["config"]: r for r in data["throughput"]}
     run = data["failover"]["running"]["summary"]
-    return (f"none {t['none']['records_per_s']:,.0f}/s, async 3x {t['async 3x']['records_per_s']:,.0f}/s "
+    return (f"produce of one pre-built batch, encoding not timed, stepped cluster on one core: "
+            f"none {t['none']['records_per_s']:,.0f}/s, async 3x {t['async 3x']['records_per_s']:,.0f}/s "
             f"({t['async 3x']['ratio_vs_none']:.2f}x, CPU {t['async 3x']['cpu_ratio_vs_none']:.2f}x; "
             f"Kafka {t['async 3x']['kafka_ratio_vs_none']:.2f}x), sync 3x "
             f"{t['sync 3x']['records_per_s']:,.0f}/s ({t['sync 3x']['ratio_vs_none']:.2f}x, CPU "

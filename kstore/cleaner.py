@@ -237,10 +237,11 @@ class Cleaner:
         position = segment.offset_index.lookup(start).position
         for batch in segment.log.batches(position):
             if not batch.is_control:
-                for record in batch.records():
-                    if record.key is not None and record.offset >= start:
+                # Keys and offsets only: the records are decoded in full once, when cleaned.
+                for offset, key in batch.keys_and_offsets():
+                    if key is not None and offset >= start:
                         if m.size < m.max_desired_size:
-                            m.put(record.key, record.offset)
+                            m.put(key, offset)
                         else:
                             stats.map_entries = m.size
                             return True

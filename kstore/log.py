@@ -295,7 +295,12 @@ class Log:
         return self._append(records, assign_offsets=False, leader_epoch=None)
 
     def _append(self, records, *, assign_offsets: bool, leader_epoch: int | None) -> LogAppendInfo:
-        buf = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
+        # One buffer from request to file: the batches below are views of it, the leader patches
+        # offsets and epoch into it in place, and it is what is written to the segment. A writable
+        # memoryview (the broker's request buffer) is used as it is; anything else is copied once.
+        buf = records.buffer if isinstance(records, MemoryRecords) else records
+        if not isinstance(buf, memoryview) or buf.readonly:
+            buf = bytearray(buf)
         with self._lock:
             self._check_open()
             batches = self._analyze_and_validate(buf, assign_offsets)
@@ -304,7 +309,7 @@ class Log:
             if not batches:
                 return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset,
                                      0, 0, Compression.NONE)
-            del buf[valid_bytes:]  # drop a partial trailing batch (trimInvalidBytes)
+            buf = memoryview(buf)[:valid_bytes]  # drop a partial trailing batch (trimInvalidBytes)
             if assign_offsets and any(b.producer_id >= 0 for b in batches):
                 duplicate = self.producer_state.check_append(batches)
                 if duplicate is not None:   # a retry: answer with the first append's offsets
@@ -313,8 +318,7 @@ class Log:
                                          self._log_start_offset, 0, 0, Compression.NONE,
                                          duplicate=True)
             if assign_offsets:
-                buf = self._assign_offsets(buf, batches, leader_epoch, now)
-                batches = MemoryRecords(bytes(buf)).batches()
+                buf, batches = self._assign_offsets(buf, batches, leader_epoch, now)
             elif batches[0].base_offset < self._next_offset:
                 raise LogError(
                     f"unexpected append offset: first offset {batches[0].base_offset} of the "
@@ -332,7 +336,7 @@ class Log:
             segment, rolled = self._maybe_roll(len(buf), info)
             index_entries = segment.offset_index.entries     # to tell views of a new index entry
             segment.append(info.last_offset, info.max_timestamp,
-                           info.shallow_offset_of_max_timestamp, bytes(buf))
+                           info.shallow_offset_of_max_timestamp, buf)
             self._next_offset = info.last_offset + 1
             if self._producer_state is not None:
                 for batch in batches:
@@ -356,7 +360,7 @@ class Log:
         """Check each batch's size, CRC and contents (UnifiedLog.analyzeAndValidateRecords and
         LogValidator). A partial trailing batch is ignored, as Kafka trims it."""
         try:
-            batches = MemoryRecords(bytes(buf), max_batch_size=None).batches()
+            batches = MemoryRecords(buf, max_batch_size=None).batches()
         except CorruptRecordError as e:
             raise CorruptRecordError(f"append to {self.name}: {e}") from None
         previous_last = None
@@ -385,30 +389,35 @@ class Log:
             previous_last = batch.last_offset
         return batches
 
-    def _assign_offsets(self, buf: bytearray, batches: list[RecordBatch], leader_epoch: int,
-                        now: int) -> bytearray:
+    def _assign_offsets(self, buf: memoryview, batches: list[RecordBatch], leader_epoch: int,
+                        now: int) -> tuple[memoryview | bytes, list[RecordBatch]]:
         """Rewrite each batch header in place: base offset = LEO, leader epoch, maybe
-        LogAppendTime (LogValidator.assignOffsetsNonCompressed / in-place compressed path)."""
+        LogAppendTime (LogValidator.assignOffsetsNonCompressed / in-place compressed path).
+        Only a batch the topic's compression.type makes the broker re-compress is rebuilt."""
         target = self.config.compression_type
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         offset = self._next_offset
-        out = bytearray()
+        rebuilt: dict[int, bytearray] = {}
         for batch in batches:
             pos = batch.position
-            raw = buf[pos:pos + batch.size_in_bytes]
             if target != "producer" and Compression.from_name(target) != batch.compression:
-                raw = bytearray(build_batch(
+                raw, pos = bytearray(build_batch(
                     batch.records(), compression=Compression.from_name(target),
                     producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
                     base_sequence=batch.base_sequence, transactional=batch.is_transactional,
-                    control=batch.is_control))
-            set_base_offset(raw, 0, offset)
-            set_partition_leader_epoch(raw, 0, leader_epoch)
+                    control=batch.is_control)), 0
+                rebuilt[batch.position] = raw
+            else:
+                raw = buf
+            set_base_offset(raw, pos, offset)
+            set_partition_leader_epoch(raw, pos, leader_epoch)
             if log_append_time:
-                set_max_timestamp(raw, 0, TimestampType.LOG_APPEND_TIME, now)
+                set_max_timestamp(raw, pos, TimestampType.LOG_APPEND_TIME, now)
             offset += batch.last_offset_delta + 1
-            out += raw
-        return out
+        if rebuilt:
+            buf = b"".join(rebuilt.get(b.position) or b.buffer for b in batches)
+            return buf, MemoryRecords(buf).batches()
+        return buf, [RecordBatch(b.buffer, b.position) for b in batches]  # re-read patched headers
 
     def _append_info(self, batches: list[RecordBatch], now: int) -> LogAppendInfo:
         max_ts, offset_of_max = NO_TIMESTAMP, batches[0].last_offset

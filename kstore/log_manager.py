@@ -78,6 +78,11 @@ class LogManager:
                     self.broker_epoch = int(json.load(f).get("brokerEpoch", -1))
             except (ValueError, OSError):
                 self.broker_epoch = -1
+            # Removed before any file is touched (Kafka removes it after loading): loading resizes
+            # the active segments' indexes, and a crash in between must not leave a marker that
+            # makes the next start trust those index files. (Read-only tools change nothing.)
+            if not self.read_only:
+                os.remove(marker)
         recovery_points = self._recovery_file.read()
         start_offsets = self._start_file.read()
         for name in sorted(os.listdir(self.log_dir)):
@@ -97,8 +102,6 @@ class LogManager:
                                       # KRaft's own log is Kafka's raft layer's: only read
                                       read_only=self.read_only or name == CLUSTER_METADATA_DIR)
             self._logs[tp].producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
-        if self.had_clean_shutdown and not self.read_only:
-            os.remove(marker)  # from now on a crash must trigger recovery
 
     def config_for(self, topic: str) -> LogConfig:
         return self.default_config.with_overrides(self.topic_configs.get(topic, {}))

@@ -14,18 +14,21 @@ Mirrors the shape of Kafka's `KafkaProducer` (RecordAccumulator + Sender, withou
   batch fails for good the producer takes a new producer id and starts its sequences at 0 again
   (Kafka's producer bumps its epoch instead, which needs InitProducerId v3).
 Defaults are Kafka 4.0's: batch.size 16384, linger.ms 5, acks all, compression none.
+Like Kafka's producer it keeps each topic's partition count (its metadata) and asks the broker
+again only after metadata.max.age.ms, for a partition it does not know yet, or after an error.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .clock import Clock
 from .compression import Compression
 from .errors import KStoreError
 from .log import to_bytes
 from .partitioner import BuiltInPartitioner
-from .records import Record, build_batch, encode_record, increment_sequence
+from .records import RECORD_BATCH_OVERHEAD, build_batch, increment_sequence, record_size_in_bytes
 from .broker import normalize_acks
 
 
@@ -37,32 +40,55 @@ class RecordMetadata:
     timestamp: int
 
 
+class ProduceRequestResult:
+    """The outcome of one batch's produce, shared by the futures of all its records (Kafka's
+    ProduceRequestResult): sending a batch sets it once, not once per record."""
+
+    __slots__ = ("info", "error")
+
+    def __init__(self):
+        self.info = None                      # the LogAppendInfo once the batch is appended
+        self.error: BaseException | None = None
+
+
 class FutureRecordMetadata:
     """Resolved when the record's batch has been appended (or failed)."""
 
-    def __init__(self, topic: str, partition: int):
+    __slots__ = ("topic", "partition", "_result", "_relative_offset", "_timestamp")
+
+    def __init__(self, topic: str, partition: int, result: ProduceRequestResult,
+                 relative_offset: int, timestamp: int):
         self.topic, self.partition = topic, partition
-        self._value: RecordMetadata | None = None
-        self._error: BaseException | None = None
+        self._result, self._relative_offset, self._timestamp = result, relative_offset, timestamp
 
     @property
     def done(self) -> bool:
-        return self._value is not None or self._error is not None
+        return self._result.info is not None or self._result.error is not None
 
     def get(self) -> RecordMetadata:
-        if self._error is not None:
-            raise self._error
-        if self._value is None:
+        info = self._result.info
+        if self._result.error is not None:
+            raise self._result.error
+        if info is None:
             raise KStoreError("the record has not been sent yet: call flush() or poll()")
-        return self._value
+        ts = info.log_append_time if info.log_append_time >= 0 else self._timestamp
+        return RecordMetadata(self.topic, self.partition, info.first_offset + self._relative_offset, ts)
 
     def exception(self) -> BaseException | None:
         """The send's error, or None (like concurrent.futures.Future.exception)."""
-        return self._error
+        return self._result.error
 
     def __repr__(self) -> str:
-        state = self._value or self._error or "pending"
+        state = self._result.error or (self.get() if self._result.info is not None else "pending")
         return f"FutureRecordMetadata({self.topic}-{self.partition}: {state})"
+
+
+class ProducerRecord(NamedTuple):
+    """A record as the producer holds it until its batch is built (what build_batch reads)."""
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple
 
 
 @dataclass
@@ -70,16 +96,16 @@ class _OpenBatch:
     topic: str
     partition: int
     created_ms: int
-    records: list[Record] = field(default_factory=list)
-    futures: list[FutureRecordMetadata] = field(default_factory=list)
-    estimated_bytes: int = 61
+    records: list[ProducerRecord] = field(default_factory=list)
+    result: ProduceRequestResult = field(default_factory=ProduceRequestResult)
+    estimated_bytes: int = RECORD_BATCH_OVERHEAD
 
 
 class Producer:
     def __init__(self, broker, *, acks="all", batch_size: int = 16384, linger_ms: int = 5,
                  compression_type: str = "none", clock: Clock | None = None,
                  partitioner: BuiltInPartitioner | None = None, max_request_size: int = 1048576,
-                 enable_idempotence: bool | None = None):
+                 metadata_max_age_ms: int = 300_000, enable_idempotence: bool | None = None):
         self.broker = broker
         self.acks = normalize_acks(acks)
         self.idempotent = _idempotence(enable_idempotence, self.acks)
@@ -93,7 +119,10 @@ class Producer:
         self.clock = clock or broker.clock
         self.partitioner = partitioner or BuiltInPartitioner(batch_size)
         self.max_request_size = max_request_size
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._partition_counts: dict[str, tuple[int, int]] = {}   # topic -> (count, learned at ms)
         self._open: dict[tuple[str, int], _OpenBatch] = {}
+        self._next_linger_check = float("inf")   # the clock time at which a batch may be due
         self.batches_sent = 0
         self.records_sent = 0
         self.closed = False
@@ -104,16 +133,15 @@ class Producer:
         if self.closed:
             raise KStoreError("cannot send after the producer is closed")
         key_b, value_b = to_bytes(key), to_bytes(value)
-        self.broker.ensure_topic(topic)
-        n = self.broker.partition_count(topic)
-        p = self.partitioner.partition(topic, key_b, n, partition)
         now = self.clock.milliseconds()
-        record = Record(key_b, value_b, now if timestamp_ms is None else timestamp_ms,
-                        tuple(headers or ()))
-        size = len(encode_record(0, 0, key_b, value_b, record.headers))
-        if size + 61 > self.max_request_size:
-            raise KStoreError(f"the record is {size + 61} bytes when serialized, larger than "
-                              f"max.request.size ({self.max_request_size})")
+        n = self._partition_count(topic, partition, now)
+        p = self.partitioner.partition(topic, key_b, n, partition)
+        record = ProducerRecord(key_b, value_b, now if timestamp_ms is None else timestamp_ms,
+                                tuple(headers) if headers else ())
+        size = record_size_in_bytes(0, 0, key_b, value_b, record.headers)
+        if size + RECORD_BATCH_OVERHEAD > self.max_request_size:
+            raise KStoreError(f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, "
+                              f"larger than max.request.size ({self.max_request_size})")
         batch = self._open.get((topic, p))
         if batch is not None and batch.estimated_bytes + size > self.batch_size and batch.records:
             self._send_batch(batch)   # full: it goes now, the record starts a new batch
@@ -121,24 +149,40 @@ class Producer:
         appended = size
         if batch is None:
             batch = self._open[(topic, p)] = _OpenBatch(topic, p, now)
+            self._next_linger_check = min(self._next_linger_check, now + self.linger_ms)
             appended += batch.estimated_bytes   # a new batch counts its header (Kafka's appendedBytes)
-        future = FutureRecordMetadata(topic, p)
+        future = FutureRecordMetadata(topic, p, batch.result, len(batch.records), record.timestamp)
         batch.records.append(record)
-        batch.futures.append(future)
         batch.estimated_bytes += size
         if key_b is None:
             self.partitioner.record_appended(topic, p, appended, n)
         if batch.estimated_bytes >= self.batch_size:
             self._send_batch(batch)
-        self.poll()
+        if now >= self._next_linger_check:
+            self._send_lingered(now)
         return future
+
+    def _partition_count(self, topic: str, explicit: int | None, now: int) -> int:
+        """The topic's partition count from this producer's metadata, refreshed when it is older
+        than metadata.max.age.ms or does not know the explicit partition asked for."""
+        known = self._partition_counts.get(topic)
+        if known is None or now - known[1] >= self.metadata_max_age_ms or \
+                (explicit is not None and explicit >= known[0]):
+            self.broker.ensure_topic(topic)
+            known = self._partition_counts[topic] = (self.broker.partition_count(topic), now)
+        return known[0]
 
     def poll(self) -> int:
         """Send every batch that has waited linger.ms; return how many were sent."""
-        now = self.clock.milliseconds()
+        return self._send_lingered(self.clock.milliseconds())
+
+    def _send_lingered(self, now: int) -> int:
         due = [b for b in self._open.values() if now - b.created_ms >= self.linger_ms]
         for batch in due:
             self._send_batch(batch)
+        # No open batch can be due before the oldest one's linger.ms is up.
+        self._next_linger_check = min((b.created_ms for b in self._open.values()),
+                                      default=float("inf")) + self.linger_ms
         return len(due)
 
     def flush(self) -> None:
@@ -158,16 +202,14 @@ class Producer:
         try:   # the broker client resends these same bytes, sequence included, on a lost answer
             info = self.broker.produce(batch.topic, batch.partition, data, acks=self.acks)
         except KStoreError as e:
-            for f in batch.futures:
-                f._error = e
+            self._partition_counts.pop(batch.topic, None)   # the metadata may be stale
+            batch.result.error = e
             if self.idempotent:   # the batch may or may not be stored: start a new producer
                 self.producer_id, self._sequences = -1, {}
             return
         if self.idempotent:
             self._sequences[tp] = increment_sequence(sequence, len(batch.records))
-        for i, (f, r) in enumerate(zip(batch.futures, batch.records)):
-            ts = info.log_append_time if info.log_append_time >= 0 else r.timestamp
-            f._value = RecordMetadata(batch.topic, batch.partition, info.first_offset + i, ts)
+        batch.result.info = info    # every future of the batch is resolved at once
         self.batches_sent += 1
         self.records_sent += len(batch.records)
 

@@ -846,6 +846,10 @@ def _decode_value(buf, pos: int, type_: str, nullable: bool) -> tuple[Any, int]:
             return str(buf[pos:pos + n], "utf-8"), pos + n
         except UnicodeDecodeError as e:
             raise _Fault(f"string at byte {pos} is not valid UTF-8 ({e.reason})") from None
+    if type_ == "records" and isinstance(buf, bytearray):
+        # A request received into a bytearray (the broker's): its batches stay a view of it, so
+        # the log can stamp offsets in place and write them without another copy.
+        return memoryview(buf)[pos:pos + n], pos + n
     return bytes(buf[pos:pos + n]), pos + n
 
 

@@ -214,19 +214,25 @@ class KafkaServer(AdminApis, GroupApis):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _recv_exactly(self, conn: socket.socket, n: int, first: bool) -> bytes | None:
+    async def _recv_exactly(self, conn: socket.socket, n: int, first: bool) -> bytearray | None:
+        """The next n bytes, received straight into one buffer: a Produce request's batches are
+        validated, stamped with offsets and written to the segment from this buffer."""
         loop = asyncio.get_running_loop()
-        buf = bytearray()
-        while len(buf) < n:
+        buf, got = bytearray(min(n, 1 << 20)), 0
+        while got < n:
+            if got == len(buf):  # grown as bytes arrive: a size prefix alone allocates ≤ 1 MiB
+                grown = bytearray(min(n, 2 * len(buf)))
+                grown[:got] = buf
+                buf = grown
             try:
-                chunk = await asyncio.wait_for(loop.sock_recv(conn, min(n - len(buf), 1 << 20)),
-                                               self.idle_timeout_s)
+                k = await asyncio.wait_for(loop.sock_recv_into(conn, memoryview(buf)[got:]),
+                                           self.idle_timeout_s)
             except asyncio.TimeoutError:
                 return None    # idle, or stalled in the middle of a frame: close
-            if not chunk:
+            if not k:
                 return None
-            buf += chunk
-        return bytes(buf)
+            got += k
+        return buf
 
     async def _connection(self, conn: socket.socket, ip: str) -> None:
         try:
@@ -258,22 +264,52 @@ class KafkaServer(AdminApis, GroupApis):
             self.quotas.dec(ip)
 
     async def _send(self, conn: socket.socket, chunks: list) -> None:
-        loop = asyncio.get_running_loop()
+        """One response: its size, then its chunks. The byte chunks between file slices go out in
+        one gathering write (sendmsg), the size prefix with them; a file slice goes with
+        os.sendfile, the bytes before it flagged MSG_MORE so the kernel packs them with the file's
+        first bytes. A 1-partition Fetch is two syscalls (Kafka also writes a response's buffers
+        with gathering writes and transferTo)."""
         total = sum(len(c) if isinstance(c, (bytes, bytearray)) else c.size for c in chunks)
-        await loop.sock_sendall(conn, struct.pack(">i", total))
+        pending: list = [struct.pack(">i", total)]
         for chunk in chunks:
             if isinstance(chunk, (bytes, bytearray)):
-                await loop.sock_sendall(conn, chunk)
+                pending.append(chunk)
             elif self.zero_copy:
+                await self._send_buffers(conn, pending, socket.MSG_MORE)
+                pending = []
                 await self._sendfile(conn, chunk)
             else:
                 data = chunk.read_bytes()            # the copy path: through user space
-                await loop.sock_sendall(conn, data)
+                pending.append(data)
                 self.stats.bytes_sent_copy += len(data)
+        if pending:
+            await self._send_buffers(conn, pending, 0)
+
+    async def _send_buffers(self, conn: socket.socket, buffers: list, flags: int) -> None:
+        views = [memoryview(b) for b in buffers if len(b)]
+        while views:
+            try:
+                n = conn.sendmsg(views, (), flags)
+            except (BlockingIOError, InterruptedError):
+                await self._writable(conn)
+                continue
+            while n and views:                       # drop what the kernel took
+                if n >= len(views[0]):
+                    n -= len(views.pop(0))
+                else:
+                    views[0], n = views[0][n:], 0
+
+    async def _writable(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        loop.add_writer(conn.fileno(), lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            loop.remove_writer(conn.fileno())
 
     async def _sendfile(self, conn: socket.socket, piece: FileSlice) -> None:
         """Page cache → socket with os.sendfile (Kafka's FileChannel.transferTo)."""
-        loop = asyncio.get_running_loop()
         sent = 0
         while sent < piece.size:
             try:
@@ -288,12 +324,7 @@ class KafkaServer(AdminApis, GroupApis):
             if n == 0:
                 raise ConnectionError("the segment file is shorter than the slice being sent")
             if n < 0:
-                fut = loop.create_future()
-                loop.add_writer(conn.fileno(), lambda: fut.done() or fut.set_result(None))
-                try:
-                    await fut
-                finally:
-                    loop.remove_writer(conn.fileno())
+                await self._writable(conn)
                 continue
             sent += n
         self.stats.bytes_sent_sendfile += sent
@@ -646,7 +677,7 @@ def _check_client_batches(records: bytes, version: int = 3) -> None:
     retry must be the same single batch), an offset range that disagrees with the record count,
     control batches (only coordinators write markers), and a producer id without a base sequence."""
     from .records import MemoryRecords
-    batches = MemoryRecords(bytes(records)).batches()
+    batches = MemoryRecords(records).batches()
     if not batches:
         raise InvalidRecordError("produce requests must have at least one record batch per partition")
     if len(batches) > 1 and version >= 3:

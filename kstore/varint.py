@@ -100,11 +100,8 @@ def read_varlong(buf, pos: int) -> tuple[int, int]:
 
 
 def size_of_unsigned_varint(u: int) -> int:
-    size = 1
-    while u >= 0x80:
-        u >>= 7
-        size += 1
-    return size
+    """Bytes of a varint: one per started group of 7 significant bits, at least one."""
+    return (u.bit_length() + 6) // 7 or 1
 
 
 def size_of_varint(n: int) -> int:

@@ -112,7 +112,7 @@ def save(exercise_id: str, namespace: dict[str, Any] | None = None, folder: str 
 
 
 def write_chapter(folder: str | os.PathLike, ex: Exercise, ns: dict[str, Any], names: list[str], *,
-                  notebook: str | os.PathLike | None = None) -> Path:
+                  notebook: str | os.PathLike | None = None, sources: tuple[str, ...] = ()) -> Path:
     """Write `names` (functions in `ns`) with the imports, constants and helpers they use, as one
     readable module. No checking: `save()` decides what goes in."""
     folder = Path(folder)
@@ -121,7 +121,7 @@ def write_chapter(folder: str | os.PathLike, ex: Exercise, ns: dict[str, Any], n
     if not init.exists():
         init.write_text('"""My engine: the functions I wrote in the kstore exercises, one file per '
                         'chapter (written by kstore.my_engine.save)."""\n')
-    cells = _notebook_sources(notebook) + list(ns.get("In", []) or [])
+    cells = _notebook_sources(notebook) + list(ns.get("In", []) or []) + list(sources)
     imports: dict[str, None] = {}
     constants: dict[str, str] = {}
     bodies: dict[str, str] = {}
@@ -192,6 +192,7 @@ def function_source(fn: Callable, name: str, cells: list[str]) -> str:
             return src
     except (OSError, TypeError):
         pass
+    candidates = []
     for cell in reversed(cells):
         try:
             tree = ast.parse(cell)
@@ -199,8 +200,22 @@ def function_source(fn: Callable, name: str, cells: list[str]) -> str:
             continue
         for node in reversed(tree.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return ast.get_source_segment(cell, node, padded=True) or ast.unparse(node)
+                candidates.append(ast.get_source_segment(cell, node, padded=True) or ast.unparse(node))
+    for src in candidates:            # the definition whose bytecode is the function's: the one that ran
+        if _same_code(src, name, fn):
+            return src
+    if candidates:
+        return candidates[0]
     raise ValueError(f"cannot find the source of {name}: define it in a cell of this notebook")
+
+
+def _same_code(src: str, name: str, fn: Callable) -> bool:
+    try:
+        module = compile(src, "<candidate>", "exec")
+    except SyntaxError:
+        return False
+    code = next((c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == name), None)
+    return code is not None and code.co_code == fn.__code__.co_code and code.co_names == fn.__code__.co_names
 
 
 def _global_names(code: types.CodeType) -> set[str]:
@@ -349,3 +364,56 @@ def _patches(live, fns: dict[str, Callable]) -> list:
         if chosen:
             patches += plug(**chosen)
     return patches
+
+
+# ================================================================================ feedback
+def diagnose_fetch(folder: str | os.PathLike, partition_dir: str | os.PathLike, offset: int,
+                   max_bytes: int = 1 << 20) -> list[str]:
+    """When a client read the wrong records: ask each of the learner's read-path functions what it
+    answers for a fetch from `offset` of the partition in `partition_dir` (opened read-only with
+    kstore's own code) and compare with kstore's answer. One line per function that differs."""
+    from .grading.views import SegmentView
+    from .log import Log
+    functions, _ = load_functions(folder)
+    out: list[str] = []
+
+    def compare(name: str, call: Callable[[Callable], Any], engine_answer: Any) -> None:
+        if name not in functions:
+            return
+        fn, file = functions[name]
+        try:
+            answer = call(fn)
+        except Exception as e:
+            out.append(f"your {name} ({file}) raised {type(e).__name__}: {e}")
+            return
+        if _plain(answer) != _plain(engine_answer):
+            out.append(f"your {name} ({file}) answered {answer!r} for offset {offset}; kstore's answers "
+                       f"{engine_answer!r}")
+
+    log = Log.open(str(partition_dir), had_clean_shutdown=True, read_only=True)
+    try:
+        bases = [s.base_offset for s in log.segments]
+        segment = log.floor_segment(offset)
+        compare("floor_segment", lambda f: f(list(bases), offset), None if segment is None else segment.base_offset)
+        if segment is None:
+            return out
+        index = segment.offset_index
+        keys = [e.offset for e in index.entries_list()]
+        compare("largest_lower_bound_slot", lambda f: f(list(keys), offset), index.largest_lower_bound_slot_for(offset))
+        entries = [(e.offset, e.position) for e in index.entries_list()]
+        compare("offset_index_lookup", lambda f: f(list(entries), segment.base_offset, offset),
+                tuple(index.lookup(offset)))
+        found = segment.translate_offset(offset)
+        compare("translate_offset", lambda f: f(SegmentView(segment), offset),
+                None if found is None else (found.position, found.size))
+        read = segment.read(offset, max_bytes, min_one_message=True)
+        compare("fetch_range", lambda f: f(SegmentView(segment, with_translate=True), offset, max_bytes, True),
+                None if read is None else (read.records.position, read.records.size))
+        return out
+    finally:
+        log.close()
+
+
+def _plain(answer: Any) -> Any:
+    """Named tuples and lists compare as the tuples a learner returns."""
+    return tuple(answer) if isinstance(answer, (tuple, list)) else answer

@@ -153,8 +153,13 @@ def write_chapter(folder: str | os.PathLike, ex: Exercise, ns: dict[str, Any], n
         sections.append("\n".join(sorted(imports)))
     if constants:
         sections.append("\n".join(constants.values()))
-    functions = [_without_markers(bodies[n]) for n in names] + \
-        [_without_markers(src) for n, src in bodies.items() if n not in names]
+    sections.append(f"SAVED = {tuple(names)!r}    # the functions whose tests passed: the engine plugs in these")
+    helpers = [n for n in bodies if n not in names]
+    functions = [_without_markers(bodies[n]) for n in names]
+    if helpers:
+        functions[-1:] = [(functions[-1] + "\n\n\n" if functions else "") +
+                          f"# Used by the functions above (not plugged into the engine): {', '.join(helpers)}"]
+        functions += [_without_markers(bodies[n]) for n in helpers]
     text = "\n\n".join(sections) + ("\n\n\n" + "\n\n\n".join(functions) if functions else "") + "\n"
     path = folder / chapter_file(ex)
     path.write_text(text)
@@ -244,7 +249,10 @@ def load_functions(folder: str | os.PathLike) -> tuple[dict[str, tuple[Callable,
             sys.modules.pop(name, None)
             problems.append(f"{path.name} could not be loaded ({type(e).__name__}: {e}); its parts are kstore's")
             continue
+        saved = getattr(module, "SAVED", None)
         for attr, value in vars(module).items():
+            if saved is not None and attr not in saved:
+                continue
             if attr in PLUGGED and callable(value) and getattr(value, "__module__", None) == name:
                 found[attr] = (value, path.name)
     return found, problems

@@ -238,7 +238,9 @@ def test_kill_9_loop_on_the_solutions_engine(solutions_engine, tmp_path, monkeyp
         acks = [int(ln.split()[1]) for ln in lines if ln.startswith("ACK")]
         acked = max([acked, *acks])
     assert recovered_by_learner >= iterations - 1      # the first writer found an empty directory
-    log = Log.open(str(log_dir / f"{TOPIC}-{PARTITION}"), CRASH_CONFIG, read_only=True)
+    # the last writer was killed too: a copy is loaded by kstore's own code (no plug in this process)
+    check_dir = shutil.copytree(log_dir / f"{TOPIC}-{PARTITION}", tmp_path / "check" / f"{TOPIC}-{PARTITION}")
+    log = Log.open(str(check_dir), CRASH_CONFIG)
     try:
         end = log.log_end_offset
         assert end > acked >= 0
@@ -254,3 +256,35 @@ def test_kill_9_loop_on_the_solutions_engine(solutions_engine, tmp_path, monkeyp
             assert record_bytes(offset, r) == record_bytes(offset, make_record(seed, offset)), offset
     finally:
         log.close()
+
+
+def test_save_in_a_real_kernel_takes_the_source_ipython_kept(tmp_path):
+    """The notebook path: exercise 01's setup, solution and save cells on a fresh kernel — the
+    source comes from what IPython keeps of each cell, the file lands in my_engine/ beside it."""
+    import nbformat
+    from nbclient import NotebookClient
+    ex = EXERCISES["ex01"]
+    nb = nbformat.read(ex.solution_path, as_version=4)
+    nb.cells = [c for c in nb.cells if c.cell_type == "code"
+                and {"setup", "solution", "save"} & set(c.metadata.get("tags", []))]
+    assert any("save" in c.metadata.get("tags", []) for c in nb.cells)
+    nb.cells.append(nbformat.v4.new_code_cell("def write_varint(n):\n    return b'?'   # broken on purpose\n"
+                                              "save('ex01')"))
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    first = "".join(o.get("text", "") for o in nb.cells[-2].outputs)
+    assert "saved to my_engine/ch01_record_batch.py: write_varint, read_varint, write_varlong, " \
+           "encode_record, encode_batch" in first, first
+    last = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "not saved (their tests do not pass yet): write_varint — check(\"ex01.1\")" in last, last
+    text = (tmp_path / "my_engine" / "ch01_record_batch.py").read_text()
+    assert "def encode_batch(" in text and "import crc32c" in text
+    assert "SAVED = ('read_varint', 'write_varlong', 'encode_record', 'encode_batch')" in text
+    # encode_record calls the broken write_varint: it stays in the file, marked, and is not plugged in
+    assert "# Used by the functions above (not plugged into the engine): write_varint" in text
+    engine = kstore.use_my_engine(str(tmp_path / "my_engine"), quiet=True)
+    try:
+        assert "record" in engine.yours and "varints" in engine.kstores
+        assert varint.write_varint(1) == b"\x02"
+    finally:
+        engine.close()

@@ -18,6 +18,11 @@ Then, in a notebook or at the command line:
 composes the per-chapter plugs of `kstore.grading.live` for every part you saved; where you have not
 written a part, kstore's own code serves it.
 
+Not every saved function has an engine seam yet: encode_batch, compact and the chapter 08/09
+decision functions are saved and checked by their tests only (the status line lists them), and the
+network server sends fetches with its own non-blocking `os.sendfile` loop, so `send_range` runs
+where the engine sends a `FileSlice` itself (the chapter 11 demos), not behind `kstore serve`.
+
 This runs YOUR code inside the broker process that serves real clients, on your machine: that is the
 point (your engine, your data). It is never done by the grader: `kstore grade` runs learner code only
 in its confined worker, and `save()` / `use_my_engine()` do nothing while a notebook is being graded.
@@ -297,6 +302,9 @@ class MyEngine:
 
     def __repr__(self) -> str:
         return self.status
+
+    def _ipython_display_(self) -> None:
+        """The status is already printed: a `use_my_engine(...)` cell shows it once."""
 
     def close(self) -> None:
         """Put kstore's own code back everywhere."""

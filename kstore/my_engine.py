@@ -433,3 +433,37 @@ def diagnose_fetch(folder: str | os.PathLike, partition_dir: str | os.PathLike, 
 def _plain(answer: Any) -> Any:
     """Named tuples and lists compare as the tuples a learner returns."""
     return tuple(answer) if isinstance(answer, (tuple, list)) else answer
+
+
+def diagnose_recovery(folder: str | os.PathLike, partition_dir: str | os.PathLike) -> list[str]:
+    """After a restart served damaged records: ask the learner's `valid_prefix_length` where each
+    segment's valid bytes end, and compare with kstore's own recovery run on a copy of the segment.
+    One line per segment where they differ."""
+    import shutil
+    import tempfile
+    from .clock import SystemClock
+    from .config import LogConfig
+    from .segment import LogSegment
+    functions, _ = load_functions(folder)
+    if "valid_prefix_length" not in functions:
+        return []
+    fn, file = functions["valid_prefix_length"]
+    out: list[str] = []
+    for path in sorted(Path(partition_dir).glob("*.log")):
+        data = path.read_bytes()
+        with tempfile.TemporaryDirectory(prefix="kstore-diagnose-") as tmp:
+            shutil.copy(path, tmp)
+            segment = LogSegment.open(tmp, int(path.stem), LogConfig(), SystemClock(), file_already_exists=True)
+            try:
+                kstores = len(data) - segment.recover()
+            finally:
+                segment.close()
+        try:
+            yours = fn(data)
+        except Exception as e:
+            out.append(f"your valid_prefix_length ({file}) raised {type(e).__name__}: {e} on {path.name}")
+            continue
+        if yours != kstores:
+            out.append(f"your valid_prefix_length ({file}) keeps {yours} bytes of {path.name}; kstore's recovery "
+                       f"keeps {kstores} (the first bad batch starts there)")
+    return out

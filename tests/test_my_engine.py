@@ -30,7 +30,9 @@ from crash_writer import PARTITION, TOPIC, make_record, record_bytes  # noqa: E4
 from kstore import Log, records, varint  # noqa: E402
 from kstore.grading.exercises import EXERCISES  # noqa: E402
 from kstore.grading.notebooks import exec_definitions  # noqa: E402
-from kstore.my_engine import PARTS, chapter_file, diagnose_fetch, save, write_chapter  # noqa: E402
+from kstore.my_engine import (PARTS, chapter_file, diagnose_fetch, diagnose_recovery, save,  # noqa: E402
+                              write_chapter)
+from kstore.records import MemoryRecords  # noqa: E402
 from test_clients import (ServeProcess, T0, ck_consume, ck_produce, expected, kp_consume,  # noqa: E402
                           kp_produce, make_records)
 from test_crash import CRASH_CONFIG, Writer  # noqa: E402
@@ -292,3 +294,43 @@ def test_save_in_a_real_kernel_takes_the_source_ipython_kept(tmp_path):
         assert varint.write_varint(1) == b"\x02"
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("engine_kind", ["solutions", "recovery-without-crc-check"])
+def test_a_torn_batch_after_kill_9_is_cut_by_the_learners_recovery_or_named(
+        solutions_engine, brokers, tmp_path, engine_kind):
+    """kill -9, then the tail of the active segment is garbled (what a lost page can leave): the
+    learner's recovery must cut the torn batch. The solutions' recovery does, and both clients read
+    the rest; a recovery without the CRC check keeps it, a client's CRC check refuses it, and the
+    diagnosis names valid_prefix_length."""
+    engine = engine_copy(solutions_engine, tmp_path / "my_engine")
+    if engine_kind != "solutions":
+        task, source, _ = WRONG[engine_kind]
+        ex = EXERCISES[task.split(".")[0]]
+        ns = exec_definitions(ex.solution_path)
+        exec(source, ns)
+        write_chapter(engine, ex, ns, list(ex.functions), notebook=ex.solution_path, sources=(source,))
+    sp = brokers(tmp_path / "logs", engine)
+    recs = make_records("torn", 20)
+    assert kp_produce(sp.bootstrap, "torn", 0, recs, acks="all", codec="none", n_chunks=4) == list(range(20))
+    port = sp.port
+    sp.kill()
+    segment = sorted((sp.log_dir / "torn-0").glob("*.log"))[-1]
+    data = bytearray(segment.read_bytes())
+    last = MemoryRecords(bytes(data)).batches()[-1]
+    data[last.position + last.size_in_bytes - 5] ^= 0xFF          # a byte inside the last batch's records
+    segment.write_bytes(bytes(data))
+    sp.start(port=port)
+    kept = expected(recs)[:last.base_offset]
+    if engine_kind == "solutions":
+        assert ck_consume(sp.bootstrap, "torn", 0) == kept
+        assert kp_consume(sp.bootstrap, "torn", 0, len(kept)) == kept
+        assert diagnose_recovery(engine, sp.log_dir / "torn-0") == []
+    else:
+        with pytest.raises(Exception) as refused:
+            ck_consume(sp.bootstrap, "torn", 0)
+        assert "crc" in str(refused.value).lower() or "corrupt" in str(refused.value).lower(), refused.value
+        sp.stop()
+        problems = diagnose_recovery(engine, sp.log_dir / "torn-0")
+        assert problems and problems[0].startswith(
+            "your valid_prefix_length (ch05_crash_recovery.py) keeps"), problems

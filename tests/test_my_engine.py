@@ -193,7 +193,7 @@ def test_an_empty_engine_is_all_kstore_and_serves(brokers, tmp_path):
 @pytest.mark.parametrize("wrong, function", [("translate-by-base-offset", "translate_offset"),
                                              ("lookup-smallest-slot-at-least-target", "largest_lower_bound_slot")])
 def test_a_wrong_function_in_the_engine_fails_a_real_client_read_naming_it(
-        solutions_engine, brokers, tmp_path, wrong, function):
+        solutions_engine, brokers, tmp_path, wrong, function, capsys):
     task, source, _ = WRONG[wrong]
     ex = EXERCISES[task.split(".")[0]]
     engine = engine_copy(solutions_engine, tmp_path / "my_engine")
@@ -210,6 +210,9 @@ def test_a_wrong_function_in_the_engine_fails_a_real_client_read_naming_it(
     assert got != expected(recs)[start:], "the wrong function must show in what a real client reads"
     problems = diagnose_fetch(engine, sp.log_dir / "wrong-0", start)
     assert problems and problems[0].startswith(f"your {function} ({chapter_file(ex)}) answered"), problems
+    with capsys.disabled():
+        sys.stderr.write(f"\n[my engine] {wrong}: reading from {start} the client got offsets "
+                         f"{[r['offset'] for r in got][:3]}...; {problems[0]}\n")
     sp.stop()
 
 
@@ -298,7 +301,7 @@ def test_save_in_a_real_kernel_takes_the_source_ipython_kept(tmp_path):
 
 @pytest.mark.parametrize("engine_kind", ["solutions", "recovery-without-crc-check"])
 def test_a_torn_batch_after_kill_9_is_cut_by_the_learners_recovery_or_named(
-        solutions_engine, brokers, tmp_path, engine_kind):
+        solutions_engine, brokers, tmp_path, engine_kind, capsys):
     """kill -9, then the tail of the active segment is garbled (what a lost page can leave): the
     learner's recovery must cut the torn batch. The solutions' recovery does, and both clients read
     the rest; a recovery without the CRC check keeps it, a client's CRC check refuses it, and the
@@ -334,3 +337,5 @@ def test_a_torn_batch_after_kill_9_is_cut_by_the_learners_recovery_or_named(
         problems = diagnose_recovery(engine, sp.log_dir / "torn-0")
         assert problems and problems[0].startswith(
             "your valid_prefix_length (ch05_crash_recovery.py) keeps"), problems
+        with capsys.disabled():
+            sys.stderr.write(f"\n[my engine] {engine_kind}: confluent-kafka: {refused.value}; {problems[0]}\n")

@@ -21,4 +21,11 @@ from .records import MemoryRecords, Record, RecordBatch, build_batch  # noqa: E4
 
 __all__ = ["Compression", "Event", "EventBus", "EventRecorder", "Isolation", "Log",
            "LogAppendInfo", "LogConfig", "LogManager", "ManualClock", "MemoryRecords", "Record",
-           "RecordBatch", "SystemClock", "build_batch"]
+           "RecordBatch", "SystemClock", "build_batch", "use_my_engine"]
+
+
+def __getattr__(name: str):
+    if name == "use_my_engine":          # imported on first use: it loads the grading's plugs
+        from .my_engine import use_my_engine
+        return use_my_engine
+    raise AttributeError(f"module 'kstore' has no attribute {name!r}")

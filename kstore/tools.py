@@ -332,6 +332,8 @@ def add_parsers(sub) -> None:
                     help="send fetched records through user space instead of os.sendfile")
     sv.add_argument("--override", action="append", metavar="NAME=VALUE",
                     help="broker config, e.g. auto.create.topics.enable=false")
+    sv.add_argument("--my-engine", metavar="FOLDER",
+                    help="serve with your saved exercise functions plugged in (kstore.my_engine)")
     sv.set_defaults(func=lambda a: _serve(a))
 
     cg = with_log_dir(sub.add_parser("consumer-groups", help="committed offsets and lag "
@@ -360,6 +362,9 @@ def add_parsers(sub) -> None:
 def _serve(args) -> int:
     if bool(args.log_dir) == bool(args.cluster_dir):
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
+    if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
+        from .my_engine import use_my_engine
+        use_my_engine(args.my_engine.rstrip("/") or args.my_engine)
     if args.cluster_dir:
         from .cluster_node import ClusterNode
         from .server import raise_open_file_limit

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import struct
 import sys
@@ -66,7 +67,13 @@ def main(argv: list[str]) -> int:
     flush_probability = rng.choice([0.2, 0.5, 0.9])
     sys.stdout.write("OPENING\n")  # the parent may kill us during the load and recovery
     sys.stdout.flush()
+    engine = None
+    if os.environ.get("KSTORE_MY_ENGINE"):    # test_my_engine: the learner's saved functions run the log
+        from kstore.my_engine import use_my_engine
+        engine = use_my_engine(os.environ["KSTORE_MY_ENGINE"], quiet=True)
     manager = LogManager.open(log_dir, config)
+    if engine is not None:
+        sys.stdout.write(f"YOURS-RAN {','.join(sorted(engine.called))}\n")
     log = manager.get_or_create_log(TOPIC, PARTITION)
     out = sys.stdout
     out.write(f"START {log.log_end_offset} {log.load_report.truncated_bytes}\n")

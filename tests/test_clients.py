@@ -154,8 +154,9 @@ def api_versions_ok(port: int, timeout: float = 5.0) -> bool:
 class ServeProcess:
     """`python -m kstore serve` as a child process on a free loopback port."""
 
-    def __init__(self, log_dir: Path, *overrides: str, copy_fetch: bool = False):
+    def __init__(self, log_dir: Path, *overrides: str, copy_fetch: bool = False, extra_args: tuple = ()):
         self.log_dir = Path(log_dir)
+        self.extra_args = tuple(extra_args)     # e.g. ("--my-engine", FOLDER)
         self.overrides = overrides
         self.copy_fetch = copy_fetch
         self.port: int | None = None
@@ -178,6 +179,7 @@ class ServeProcess:
                 cmd.append("--copy-fetch")
             for o in self.overrides:
                 cmd += ["--override", o]
+            cmd += self.extra_args
             with open(self.output, "ab") as out:
                 self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
             deadline = time.monotonic() + timeout_s

@@ -168,6 +168,8 @@ def sparse_index(index_entries: Callable | None = None, largest_lower_bound_slot
             if self.log.size_in_bytes() == 0:
                 self.rolling_based_timestamp = largest_timestamp
                 history.clear()
+            elif not history:    # a segment reopened after a restart: the learner's rule sees its batches
+                history.extend((loc.last_offset, loc.size) for loc in self.log.batch_locations(0))
             self._ensure_offset_in_range(largest_offset)
             self.log.append(records)
             if largest_timestamp > self.max_timestamp_so_far:

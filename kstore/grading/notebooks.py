@@ -5,8 +5,9 @@ Cell roles are cell tags (visible in JupyterLab's property inspector):
 * `solution` — a task's code, with its task id as a second tag (`ex01.3`); the part between
                `### BEGIN SOLUTION` and `### END SOLUTION` becomes a stub in `exercises/`;
 * `check`    — a `check("ex01.3")` cell;
-* `demo`     — code that plugs the learner's functions into the live engine.
-The grader runs every code cell except `check` and `demo` cells; untagged cells (a learner's own
+* `demo`     — code that plugs the learner's functions into the live engine;
+* `save`     — `save("ex01")`: the learner's passing functions go to their own `my_engine/`.
+The grader runs every code cell except `check`, `demo` and `save` cells; untagged cells (a learner's own
 helpers) run too.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SKIPPED_WHEN_GRADING = ("check", "demo")
+SKIPPED_WHEN_GRADING = ("check", "demo", "save")
 
 
 @dataclass(frozen=True)

@@ -155,26 +155,36 @@ def split_points(keys: BinaryColumn, values: BinaryColumn,
     return cuts
 
 
+def no_producer(count: int) -> tuple[int, int, int]:
+    """The producer fields of a batch from no idempotent producer (the staged sink)."""
+    return NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
+
+
 def encode_batches(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
-                   compression: Compression, headers: list | None = None):
-    """Yield (batch bytes, record count) for a run of records of one partition."""
+                   compression: Compression, headers: list | None = None, stamp=no_producer):
+    """Yield (batch bytes, record count) for a run of records of one partition. `stamp(count)`
+    gives each batch, in order, its (producer id, epoch, base sequence)."""
     cuts = split_points(keys, values)
     for a, b in zip(cuts, cuts[1:]):
         idx = np.arange(a, b)
+        producer = stamp(b - a)
         if headers is not None and any(headers[i] for i in range(a, b)):
             yield _python_batch(keys.take(idx), values.take(idx), timestamp, compression,
-                                headers[a:b]), b - a
+                                headers[a:b], producer), b - a
             continue
         section = records_section(keys.take(idx), values.take(idx))
-        yield wrap_batch(section, b - a, timestamp, compression), b - a
+        yield wrap_batch(section, b - a, timestamp, compression, *producer), b - a
 
 
 def _python_batch(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
-                  compression: Compression, headers: list) -> bytes:
+                  compression: Compression, headers: list,
+                  producer: tuple[int, int, int]) -> bytes:
     def cell(col: BinaryColumn, i: int) -> bytes | None:
         n = int(col.lengths[i])
         return None if n < 0 else col.data[col.starts[i]:col.starts[i] + n].tobytes()
     records = [Record(cell(keys, i), cell(values, i), timestamp,
                       tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ())
                for i in range(len(values.lengths))]
-    return build_batch(records, compression=compression)
+    producer_id, producer_epoch, base_sequence = producer
+    return build_batch(records, compression=compression, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence)

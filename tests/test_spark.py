@@ -517,3 +517,37 @@ def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
     with pytest.raises(Exception, match="topic 'nope' does not exist in the kstore broker"):
         spark.read.format("kstore").option("kafka.bootstrap.servers", servers) \
             .option("subscribe", "nope").load().collect()
+
+
+def test_network_sink_through_lost_produce_responses_stores_every_row_once(spark, served):
+    """Each write task is an idempotent producer: a Produce response lost after the broker
+    appended makes the task's client send the same batch again, and the broker recognises it (same
+    producer id and sequence) instead of storing the rows twice."""
+    from kafka_proxy import DroppingProxy
+    d, servers, _ = served
+    proxy = DroppingProxy(drop_every=3, max_drops=12)
+    try:
+        via = f"127.0.0.1:{proxy.add(int(servers.rsplit(':', 1)[1]))}"
+        # 12 tasks, each a producer sending a batch to each of the 2 partitions: ~24 requests
+        rows = spark.range(0, 6000, numPartitions=12).selectExpr(
+            "CAST(id AS STRING) AS value", "IF(id % 10 = 0, CAST(id AS STRING), NULL) AS key")
+        rows.write.format("kstore").option("kafka.bootstrap.servers", via) \
+            .option("topic", "out").mode("append").save()
+    finally:
+        proxy.close()
+    assert proxy.dropped >= 4                        # responses were lost, so batches were re-sent
+    stored = [r.value for r in spark.read.format("kstore").option("kafka.bootstrap.servers", servers)
+              .option("subscribe", "out").load().select("value").collect()]
+    assert len(stored) == 6000
+    assert sorted(stored) == sorted(str(i).encode() for i in range(6000))
+    from kstore.remote_broker import RemoteBroker
+    batches = []
+    with RemoteBroker(servers) as client:      # every batch sequenced, one producer id per task
+        for p in range(2):
+            offset = 0
+            while got := client.fetch("out", p, offset).data.batches():
+                batches += got
+                offset = got[-1].next_offset
+    assert all(b.producer_id >= 0 and b.producer_epoch == 0 and b.base_sequence >= 0
+               for b in batches)
+    assert len({b.producer_id for b in batches}) == 12

@@ -574,3 +574,35 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monke
     reader._target = {tp: 120}                               # Trigger.AvailableNow never waits
     clock[0] += 1
     assert not reader._delay({tp: 120}, {tp: 121}, {})
+
+
+def test_a_task_producer_resend_is_stored_once_but_a_retried_task_is_a_new_producer(tmp_path):
+    """What the network sink's guarantee rests on (kstore.spark.writer): one task attempt's
+    producer sends sequenced batches, so the same bytes sent again are recognised by the broker;
+    a retried task gets a new producer id, and its rows are stored a second time."""
+    from kstore.server import KafkaServer
+    from kstore.spark.writer import Router, TaskProducer, encoded_runs
+    broker = Broker(str(tmp_path / "logs"), port=0)
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    broker.create_topic("t", 1)
+    rows = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c"]})
+
+    def attempt(resend: bool) -> int:
+        producer = TaskProducer(f"127.0.0.1:{server.port}", 5000, "task-0")
+        for topic, p, data, n in encoded_runs(rows, Router("t", {"t": 1}, "test"),
+                                              Compression.NONE, T0, producer):
+            producer.send(topic, p, data, n)
+            if resend:
+                producer.send(topic, p, data, n)   # as after a lost response: same sequence
+        producer.close()
+        return producer.producer_id
+
+    try:
+        first = attempt(resend=True)
+        assert [r.value for r in broker.get_log("t", 0).records()] == [b"a", b"b", b"c"]
+        second = attempt(resend=False)             # Spark's retry of the task
+        assert second != first >= 0
+        assert [r.value for r in broker.get_log("t", 0).records()] == [b"a", b"b", b"c"] * 2
+    finally:
+        server.stop()
+        broker.shutdown()

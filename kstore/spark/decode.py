@@ -77,7 +77,11 @@ def _varint_slow(data, p: int) -> tuple[int, int]:
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Zig-zag varints at every position of `pos` in `buf`: (values, sizes in bytes)."""
-    b = buf[pos].astype(np.uint64)
+    first = buf[pos]
+    if not (first >= 0x80).any():          # all one byte (the common case): no 64-bit work
+        small = first.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), np.ones(len(pos), dtype=np.int64)
+    b = first.astype(np.uint64)
     value = b & np.uint64(0x7F)
     size = np.ones(len(pos), dtype=np.int64)
     more = np.flatnonzero(b >= 0x80)

@@ -8,9 +8,11 @@ batch of records is laid out with numpy instead:
    key | value length | value | header count`; all records of a sink batch share one timestamp
    (the time of the write, as a producer stamps CreateTime), so the timestamp delta is the single
    byte 0, and every other size is known from the key and value lengths;
-2. the sizes give each record's position (a cumulative sum), each varint is written for all
-   records at once (`_put_varints`), and the key and value bytes are gathered from the Arrow
-   buffers into their places with one fancy-indexing copy each;
+2. the sizes give each record's fields their positions (cumulative sums), and each varint is
+   written for all records at once (`_put_varints`) into two small buffers of pieces: per record,
+   everything up to the key length, and the value length;
+   then one Arrow `take` interleaves those pieces with the keys and values (taken from the
+   Arrow column as they are) into the records section, in C++ (`records_section`);
 3. the records section is compressed once (`kstore.compression`) and wrapped in the batch header
    (CRC-32C over attributes..end, as `build_batch` does).
 
@@ -55,52 +57,55 @@ def _put_varints(out: np.ndarray, pos: np.ndarray, z: np.ndarray, sizes: np.ndar
         out[pos[has] + k] = (byte | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
 
 
-def _gather(out: np.ndarray, dest: np.ndarray, data: np.ndarray, src: np.ndarray,
-            lengths: np.ndarray) -> None:
-    """out[dest[i] : dest[i]+lengths[i]] = data[src[i] : src[i]+lengths[i]] for every i."""
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    starts = np.cumsum(lengths) - lengths
-    within = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
-    out[np.repeat(dest, lengths) + within] = data[np.repeat(src, lengths) + within]
-
-
 class BinaryColumn:
-    """A string/binary Arrow array as numpy views: data bytes, start of each value, lengths
-    (−1 for null)."""
+    """A string/binary Arrow column as the sink needs it: the Arrow array (binary), the rows of it
+    this column stands for, and each row's length (−1 for null) as numpy."""
 
     def __init__(self, array: pa.Array | None, n: int):
+        self.rows = np.arange(n, dtype=np.int64)
         if array is None:
-            self.data = np.zeros(1, dtype=np.uint8)
-            self.starts = np.zeros(n, dtype=np.int64)
+            self.array = None
             self.lengths = np.full(n, -1, dtype=np.int64)
             return
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-            array = array.cast(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
-        offsets_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
-        validity, offsets_buf, data_buf = array.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset:array.offset + n + 1]
-        self.data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and
-                     data_buf.size else np.zeros(1, dtype=np.uint8))
-        self.starts = offsets[:-1].astype(np.int64)
-        self.lengths = np.diff(offsets).astype(np.int64)
-        if array.null_count:
-            self.lengths[np.asarray(pc.is_null(array))] = -1
+        if not pa.types.is_binary(array.type):      # string, large_string, large_binary
+            array = array.cast(pa.binary())
+        self.array = array
+        self.lengths = np.asarray(pc.binary_length(array).fill_null(-1), dtype=np.int64)
 
     def take(self, idx: np.ndarray) -> "BinaryColumn":
         out = BinaryColumn.__new__(BinaryColumn)
-        out.data, out.starts, out.lengths = self.data, self.starts[idx], self.lengths[idx]
+        out.array, out.rows, out.lengths = self.array, self.rows[idx], self.lengths[idx]
         return out
 
     def nbytes(self) -> np.ndarray:
         return np.maximum(self.lengths, 0)
 
+    def cell(self, i: int) -> bytes | None:
+        return None if self.lengths[i] < 0 else self.array[int(self.rows[i])].as_py()
+
+
+def _pieces(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A zeroed byte buffer for pieces of the given sizes, and each piece's start in it."""
+    starts = np.cumsum(sizes) - sizes
+    return np.zeros(int(sizes.sum()), dtype=np.uint8), starts
+
+
+def _binary_array(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    offsets = np.append(starts, starts[-1] + sizes[-1] if len(sizes) else 0).astype(np.int32)
+    return pa.Array.from_buffers(pa.binary(), len(sizes),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
 
 def records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
-    """The records of one batch (offset deltas 0..n−1, timestamp delta 0, no headers)."""
+    """The records of one batch (offset deltas 0..n−1, timestamp delta 0, no headers).
+
+    Record i is `length | attributes 0 | timestamp delta 0 | offset delta | key length | key |
+    value length | value | header count 0`. The small fields are laid out with numpy as two
+    pieces per record — A_i = (the previous record's header count) + length..key length, and
+    B_i = value length — and Arrow's `take` concatenates A_0 K_0 B_0 V_0 A_1 ... Z (Z: the last
+    header count) in C++, copying each key and value once, with no per-byte index arrays."""
     n = len(values.lengths)
     delta = np.arange(n, dtype=np.int64)
     z_delta, z_klen, z_vlen = _zigzag(delta), _zigzag(keys.lengths), _zigzag(values.lengths)
@@ -108,21 +113,42 @@ def records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
     body = RECORD_FIXED + s_delta + s_klen + keys.nbytes() + s_vlen + values.nbytes()
     z_body = _zigzag(body)
     s_body = _varint_sizes(z_body)
-    total = s_body + body
-    start = np.cumsum(total) - total
-    out = np.zeros(int(total.sum()), dtype=np.uint8)       # attributes, ts delta, headers: 0
-    _put_varints(out, start, z_body, s_body)
-    pos = start + s_body + 2                                # after attributes and ts delta
-    _put_varints(out, pos, z_delta, s_delta)
-    pos = pos + s_delta
-    _put_varints(out, pos, z_klen, s_klen)
-    pos = pos + s_klen
-    _gather(out, pos, keys.data, keys.starts, keys.nbytes())
-    pos = pos + keys.nbytes()
-    _put_varints(out, pos, z_vlen, s_vlen)
-    pos = pos + s_vlen
-    _gather(out, pos, values.data, values.starts, values.nbytes())
-    return out.tobytes()
+    previous = (delta > 0).astype(np.int64)             # the previous record's header count
+    a_sizes = previous + s_body + 2 + s_delta + s_klen
+    a, a_starts = _pieces(a_sizes)
+    pos = a_starts + previous
+    _put_varints(a, pos, z_body, s_body)
+    pos = pos + s_body + 2                               # attributes and timestamp delta: 0
+    _put_varints(a, pos, z_delta, s_delta)
+    _put_varints(a, pos + s_delta, z_klen, s_klen)
+    b, b_starts = _pieces(s_vlen)
+    _put_varints(b, b_starts, z_vlen, s_vlen)
+    parts = [_binary_array(a, a_starts, a_sizes), _binary_array(b, b_starts, s_vlen),
+             pa.array([b"\x00"], type=pa.binary())]
+    base = 2 * n + 1                                     # where keys, then values, start
+    columns = []
+    for col in (keys, values):
+        if col.array is not None:
+            parts.append(col.array.take(pa.array(col.rows)))
+            columns.append(base)
+            base += n
+        else:
+            columns.append(None)
+    index = np.empty((n, 4), dtype=np.int64)
+    index[:, 0] = delta                                  # A_i
+    index[:, 1] = -1 if columns[0] is None else columns[0] + delta    # K_i (−1: none)
+    index[:, 2] = n + delta                              # B_i
+    index[:, 3] = columns[1] + delta                     # V_i
+    order = index.ravel()
+    if columns[0] is None:
+        order = order[order >= 0]
+    order = np.append(order, 2 * n)                      # Z
+    joined = pa.concat_arrays(parts).take(pa.array(order))
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)
+    end = int(offsets[joined.offset + len(joined)])
+    start = int(offsets[joined.offset])
+    return joined.buffers()[2].to_pybytes()[start:end] if start else \
+        joined.buffers()[2][:end].to_pybytes()
 
 
 def wrap_batch(records: bytes, count: int, timestamp: int, compression: Compression,
@@ -155,26 +181,33 @@ def split_points(keys: BinaryColumn, values: BinaryColumn,
     return cuts
 
 
+def no_producer(count: int) -> tuple[int, int, int]:
+    """The producer fields of a batch from no idempotent producer (the staged sink)."""
+    return NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
+
+
 def encode_batches(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
-                   compression: Compression, headers: list | None = None):
-    """Yield (batch bytes, record count) for a run of records of one partition."""
+                   compression: Compression, headers: list | None = None, stamp=no_producer):
+    """Yield (batch bytes, record count) for a run of records of one partition. `stamp(count)`
+    gives each batch, in order, its (producer id, epoch, base sequence)."""
     cuts = split_points(keys, values)
     for a, b in zip(cuts, cuts[1:]):
         idx = np.arange(a, b)
+        producer = stamp(b - a)
         if headers is not None and any(headers[i] for i in range(a, b)):
             yield _python_batch(keys.take(idx), values.take(idx), timestamp, compression,
-                                headers[a:b]), b - a
+                                headers[a:b], producer), b - a
             continue
         section = records_section(keys.take(idx), values.take(idx))
-        yield wrap_batch(section, b - a, timestamp, compression), b - a
+        yield wrap_batch(section, b - a, timestamp, compression, *producer), b - a
 
 
 def _python_batch(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
-                  compression: Compression, headers: list) -> bytes:
-    def cell(col: BinaryColumn, i: int) -> bytes | None:
-        n = int(col.lengths[i])
-        return None if n < 0 else col.data[col.starts[i]:col.starts[i] + n].tobytes()
-    records = [Record(cell(keys, i), cell(values, i), timestamp,
+                  compression: Compression, headers: list,
+                  producer: tuple[int, int, int]) -> bytes:
+    records = [Record(keys.cell(i), values.cell(i), timestamp,
                       tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ())
                for i in range(len(values.lengths))]
-    return build_batch(records, compression=compression)
+    producer_id, producer_epoch, base_sequence = producer
+    return build_batch(records, compression=compression, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence)

@@ -14,12 +14,15 @@ Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the 
   broker (`kstore serve`) holds: the directory's `.lock` is taken and the broker registered in the
   directory's metadata answers at its address. Every executor task is a producer and sends its
   rows straight to each partition's leader, as Spark's Kafka sink does (`writer.TaskProducer`).
-  Nothing goes through files or the driver. **At least once**: rows of a task that Spark retries
-  are sent again (Spark's Kafka sink is at-least-once too). One case is made exact: a streaming
-  batch that was fully committed but re-run after a restart (its `commits/` entry was not written)
-  is skipped, because the sink records each committed batch id in the query's checkpoint
-  (`kstore-sink-commits.json`) and every task checks it. Idempotent producers and transactions, not
-  in kstore yet, are what would make it exactly once (see `kstore.spark.writer`).
+  Nothing goes through files or the driver. Each task is an idempotent producer (a producer id
+  and per-partition sequence numbers), so a batch re-sent after a lost answer is not stored
+  twice. A streaming batch that was fully committed but re-run after a restart (its `commits/`
+  entry was not written) is skipped, because the sink records each committed batch id in the
+  query's checkpoint (`kstore-sink-commits.json`) and every task checks it. What remains **at
+  least once**: a task that Spark retries after some of its rows were acknowledged, or a batch
+  that failed before its commit and is run again, sends those rows again under a new producer
+  id, and they are stored twice (as with Spark's Kafka sink); transactions, not in kstore yet,
+  are what would make that exactly once (`kstore.spark.writer` says precisely why).
 
 * Staged — a log directory no broker is running on. The log belongs to one writer at a time
   (its `.lock`), while Spark runs many write tasks at once, in other processes, so the tasks never

@@ -8,23 +8,37 @@ murmur2(key) mod partitions (computed once per distinct key of an Arrow batch, n
 keyless records stick to one partition until about batch.size (16 KiB) went there, then move to
 another at random (Kafka's BuiltInPartitioner).
 
-Producing (`TaskProducer`): each task is one producer. It sends every batch to its partition's
-leader (`RemoteBroker` routes by Metadata and follows a moved leader), ONE batch per partition per
-Produce request — Kafka's brokers refuse a request carrying several batches for one partition —
-with acks=all, and waits for each answer before the next (max.in.flight = 1, so batches of a
-partition land in order).
+Producing (`TaskProducer`): each task is one idempotent producer. When the task starts it asks
+a broker for a producer id (InitProducerId, epoch 0); every batch it sends carries that id and
+a sequence number per partition (the partition's records counted from 0). It sends every batch to
+its partition's leader (`RemoteBroker` routes by Metadata and follows a moved leader), ONE batch
+per partition per Produce request — Kafka's brokers refuse a request carrying several batches for
+one partition — with acks=all, and waits for each answer before the next (max.in.flight = 1, so
+batches of a partition land in order).
 
-Delivery guarantee (today): at least once. A task that fails after some of its Produce requests
-were answered is run again by Spark and sends those rows again, and a micro-batch that ran but
-whose commit the driver never recorded is run again after a restart. The second case is caught:
-the streaming sink records each committed batch id in the query's checkpoint and skips a batch it
-already committed (`KStoreStreamWriter`). Spark's own Kafka sink gives at least once too.
-Where idempotence plugs in: every batch leaves through `TaskProducer.send`, one producer per
-task, one partition per request, in order — the shape an idempotent producer needs. Turning it on
-means: InitProducerId when the task starts, then `wrap_batch(..., producer_id, epoch,
-base_sequence)` with a sequence per partition; the broker then drops a batch re-sent after a lost
-answer. Exactly once per micro-batch needs transactions on top (one transactional id per task,
-committed by the driver's commit). Batches carry no producer id today.
+Delivery guarantee, precisely:
+
+* Within one task attempt, no duplicates from retries. When the answer to a Produce request is
+  lost (the connection drops after the leader appended), `RemoteBroker.produce` sends the same
+  bytes again — same producer id, epoch and sequence — and the leader recognises the batch as one
+  of the producer's last five (`ProducerStateManager`) and answers with the offsets it got the
+  first time instead of appending it again. The same holds when the leader moved meanwhile: the
+  new leader replicated the producer's state with the data.
+* A streaming micro-batch that was committed but is run again after a restart (the driver died
+  before Spark wrote the batch's `commits/` entry) is skipped: the driver records each committed
+  batch id in the query's checkpoint (`kstore-sink-commits.json`, `sink.KStoreStreamWriter`) and
+  every task of a batch id at or below it drops its rows (`sink._Writer._produce`). A batch write
+  gets the same with `kstore.sinkId` + `kstore.batchId`.
+* Not covered: a Spark task that fails after some of its batches were acknowledged (an executor
+  lost, a broker unreachable for longer than the request timeout), and a micro-batch whose tasks
+  wrote but which failed before its commit. Spark runs the task (or the batch, after a restart)
+  again; the new attempt is a new `TaskProducer` with a new producer id, whose sequences start
+  at 0 again, so the broker cannot tell its batches from new data and the rows acknowledged
+  before the failure are stored twice. Nothing is taken back either: rows of a failed job stay in
+  the log. So the sink is at least once, with duplicates only after task or job failures.
+  Exactly once there needs transactions (a transactional id per task, records invisible to
+  read_committed readers until the driver's commit) — not in kstore yet. Spark's own Kafka sink
+  is at least once too.
 """
 
 from __future__ import annotations
@@ -37,8 +51,9 @@ import pyarrow.compute as pc
 
 from ..compression import Compression
 from ..errors import KStoreError
+from ..records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, increment_sequence
 from ..partitioner import BuiltInPartitioner, partition_for_key
-from .encode import BinaryColumn, encode_batches
+from .encode import BinaryColumn, encode_batches, no_producer
 
 ROUTED_COLUMNS = ("key", "value", "topic", "partition", "headers")
 
@@ -127,8 +142,10 @@ class Router:
         return out
 
 
-def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, timestamp: int):
-    """Yield (topic, partition, batch bytes, record count) for one Arrow batch of a task."""
+def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, timestamp: int,
+                 producer: "TaskProducer | None" = None):
+    """Yield (topic, partition, batch bytes, record count) for one Arrow batch of a task; with a
+    producer, the batches carry its id and sequences (to be sent in the order yielded)."""
     names = rb.schema.names
     n = rb.num_rows
     keys = BinaryColumn(_binary(rb.column(names.index("key"))) if "key" in names else None, n)
@@ -136,25 +153,48 @@ def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, t
     headers = rb.column(names.index("headers")).to_pylist() if "headers" in names else None
     for topic, partition, idx in router.route(rb, keys, values):
         rows = None if headers is None else [headers[i] for i in idx.tolist()]
+        stamp = no_producer if producer is None else producer.stamper(topic, partition)
         for data, count in encode_batches(keys.take(idx), values.take(idx), timestamp,
-                                          compression, rows):
+                                          compression, rows, stamp):
             yield topic, partition, data, count
 
 
 class TaskProducer:
-    """One write task's producer: Produce requests to each partition's leader, one batch each."""
+    """One write task's idempotent producer: Produce requests to each partition's leader, one
+    batch each, every batch stamped with the producer id and the partition's next sequence."""
 
-    def __init__(self, bootstrap_servers: str, timeout_ms: int, client_id: str):
+    def __init__(self, bootstrap_servers: str, timeout_ms: int, client_id: str,
+                 idempotent: bool = True):
         from ..remote_broker import RemoteBroker
         self.timeout_ms = timeout_ms
         self.client = RemoteBroker(bootstrap_servers, client_id=client_id,
                                    timeout_s=timeout_ms / 1000)
+        self.producer_id, self.producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if idempotent:
+            self.producer_id, self.producer_epoch = self.client.allocate_producer_id(), 0
+        self.sequences: dict[tuple[str, int], int] = {}  # next sequence per partition
         self.sent: dict[tuple[str, int], int] = {}       # records acknowledged per partition
 
     def partition_counts(self) -> dict[str, int]:
         return self.client.topic_partition_counts()
 
+    def stamper(self, topic: str, partition: int):
+        """`stamp(count)` for `encode_batches`: the producer fields of the partition's next batch
+        of `count` records. The sequence advances when a batch is stamped, as Kafka's producer
+        advances it when a batch is drained for sending: batches go out in the order stamped,
+        and a batch that finally fails fails the task, which ends this producer."""
+        tp = (topic, partition)
+
+        def stamp(count: int) -> tuple[int, int, int]:
+            if self.producer_id == NO_PRODUCER_ID:
+                return no_producer(count)
+            sequence = self.sequences.get(tp, 0)
+            self.sequences[tp] = increment_sequence(sequence, count)
+            return self.producer_id, self.producer_epoch, sequence
+        return stamp
+
     def send(self, topic: str, partition: int, batch: bytes, count: int) -> None:
+        # on a lost answer RemoteBroker sends these same bytes again, sequence included
         self.client.produce(topic, partition, batch, acks=-1, timeout_ms=self.timeout_ms)
         self.sent[(topic, partition)] = self.sent.get((topic, partition), 0) + count
 
@@ -171,7 +211,7 @@ def produce_task(batches, topic: str | None, producer: TaskProducer, compression
     for rb in batches:
         if router is None:
             router = Router(topic, producer.partition_counts(), describe)
-        for t, p, data, count in encoded_runs(rb, router, compression, now):
+        for t, p, data, count in encoded_runs(rb, router, compression, now, producer):
             producer.send(t, p, data, count)
         rows += rb.num_rows
     return rows

@@ -48,7 +48,7 @@ from kafka.structs import OffsetAndMetadata
 
 from kstore import protocol as P
 from kstore.broker import Broker
-from kstore.compression import Compression
+from kstore.compression import Compression, compress
 from kstore.log_manager import LogManager
 from kstore.records import MemoryRecords, Record, build_batch
 from kstore.server import KafkaServer
@@ -390,13 +390,23 @@ def stored_batches(partition_dir: Path) -> list:
     return out
 
 
+def compression_would_not_help(batch, codec: str) -> bool:
+    """librdkafka sends a batch uncompressed when compressing it would not make it smaller (a
+    one-record batch, when linger splits a chunk under load): allowed, if that is really so."""
+    if batch.compression != Compression.NONE:
+        return False
+    records = bytes(batch.buffer[61:batch.size_in_bytes])   # after the 61-byte batch header
+    return len(compress(Compression.from_name(codec), records)) >= len(records)
+
+
 def assert_stored_as_produced(partition_dir: Path, codec: str, idempotent: bool, n: int) -> list:
     batches = stored_batches(partition_dir)
     assert sum(b.records_count for b in batches) == n
     assert len(batches) >= 3, "each chunk was flushed on its own: at least three batches"
     for b in batches:
         assert b.is_valid()
-        assert b.compression == Compression.from_name(codec), (b, codec)
+        assert b.compression == Compression.from_name(codec) or compression_would_not_help(b, codec), \
+            (b, codec)
         assert b.magic == 2 and b.partition_leader_epoch == 0
     if idempotent:
         assert len({b.producer_id for b in batches}) == 1 and batches[0].producer_id >= 0
@@ -710,8 +720,8 @@ def test_stored_files_are_readable_by_kstore_and_by_kafka_python(served, tmp_pat
                              "headers": list(r.headers), "timestamp": r.timestamp} for r in batch]
             assert got == want, (topic, partition)
             codec = topic.partition("-")[2]
-            if codec in codes:
-                assert codecs == {codes[codec]}
+            if codec in codes:   # librdkafka may leave a batch uncompressed (see above)
+                assert codes[codec] in codecs and codecs <= {codes[codec], 0}
 
     served.start(port=port)
     assert ck_consume(served.bootstrap, "kp-zstd", 1) == PRODUCED["kp-zstd"][1]

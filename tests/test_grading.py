@@ -712,6 +712,7 @@ def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path
                        "def mine():\n    class P:\n        def __init__(self):\n            self.x = 1\n"
                        "        def __eq__(self, o):\n            return True\n    return P()\n"
                        "def send(sock, fd):\n    return os.sendfile(sock.fileno(), fd, 0, 3)\n"
+                       "def send_elsewhere(sock, fd):\n    return os.sendfile(sock.fileno(), fd + 100, 0, 3)\n"
                        "def solution_visible():\n    from kstore.grading.exercises import ROOT\n"
                        "    return os.path.exists(os.path.join(ROOT, 'solutions', '01-record-batch.ipynb'))\n"
                        "def die():\n    os._exit(5)\n")]
@@ -736,8 +737,8 @@ def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path
         with open(f, "rb") as fh:
             assert remote.call("ex11.2", "send", (a, fh.fileno()), {}) == 3
             assert b.recv(10) == b"abc"
-            with pytest.raises(OSError):                    # a descriptor the call was not given
-                remote.call("ex11.2", "send", (a, fh.fileno() + 100), {})
+            with pytest.raises(OSError, match="only the descriptors"):   # one the call was not given
+                remote.call("ex11.2", "send_elsewhere", (a, fh.fileno()), {})
         a.close()
         b.close()
         from kstore.grading.remote import can_confine

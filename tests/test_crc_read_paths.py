@@ -137,3 +137,22 @@ def test_spark_source_readers_raise(corrupt_dir, serve_processes):  # noqa: F811
     with NetworkBackend(server.bootstrap) as backend:
         with pytest.raises(CorruptRecordError, match=expected_message(base) + " is invalid"):
             list(backend.read_arrow(TOPIC, 0, 0, len(VALUES), include_headers=False))
+
+
+def test_spark_source_kafka_check_crcs_false_reads_the_damaged_value(corrupt_dir, serve_processes):  # noqa: F811
+    """`kafka.check.crcs=false` (Kafka's consumer option, default true) skips the check, as a
+    Kafka consumer does: the flipped value comes through as it is stored."""
+    pytest.importorskip("pyarrow")
+    from kstore.spark.backends import LogDirBackend, NetworkBackend
+    from kstore.spark.options import parse_source_options
+    log_dir, _base = corrupt_dir
+    assert parse_source_options({"path": str(log_dir), "subscribe": TOPIC}, False).check_crcs
+    assert not parse_source_options({"path": str(log_dir), "subscribe": TOPIC,
+                                     "kafka.check.crcs": "false"}, False).check_crcs
+    server = serve_processes(log_dir)
+    for backend in (LogDirBackend(str(log_dir)), NetworkBackend(server.bootstrap)):
+        with backend:
+            batches = list(backend.read_arrow(TOPIC, 0, 0, len(VALUES), include_headers=False,
+                                              check_crcs=False))
+        values = [v.decode() for b in batches for v in b.column(1).to_pylist()]
+        assert values == [FLIPPED_VALUE if v == CORRUPT_VALUE else v for v in VALUES]

@@ -56,7 +56,9 @@ class Backend:
     def offsets_for_times(self, requests: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
         raise NotImplementedError
 
-    def read_arrow(self, topic: str, partition: int, start: int, end: int, include_headers: bool):
+    def read_arrow(self, topic: str, partition: int, start: int, end: int, include_headers: bool,
+                   check_crcs: bool = True):
+        """Arrow batches of [start, end); `check_crcs` is the source's kafka.check.crcs."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -94,12 +96,12 @@ class LogDirBackend(Backend):
             out[(t, p)] = part.offset_for_timestamp(ts, hw)
         return out
 
-    def read_arrow(self, topic, partition, start, end, include_headers):
+    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
         part = self.reader.partition(topic, partition)
         if not part.exists():
             raise DataUnavailable(f"partition directory {part.dir} does not exist")
         try:
-            yield from part.read_arrow(start, end, include_headers)
+            yield from part.read_arrow(start, end, include_headers, check_crcs=check_crcs)
         except SegmentsChanged as e:
             raise DataUnavailable(f"segment {os.path.basename(str(e))} of {topic}-{partition} was "
                                   f"removed while it was read") from None
@@ -136,9 +138,9 @@ class NetworkBackend(Backend):
         found = self.client.list_offsets_many(dict(requests))
         return {tp: (None if f.offset < 0 else f.offset) for tp, f in found.items()}
 
-    def read_arrow(self, topic, partition, start, end, include_headers):
+    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
         from ..errors import OffsetOutOfRangeError
-        builder = ColumnBuilder(topic, partition, include_headers)
+        builder = ColumnBuilder(topic, partition, include_headers, check_crcs=check_crcs)
         offset = start
         while offset < end:
             try:

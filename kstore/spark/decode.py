@@ -121,8 +121,9 @@ class ColumnBuilder:
     """Batches of one topic-partition, decoded into Arrow record batches of ~64k rows."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool = False,
-                 rows_per_batch: int = ROWS_PER_ARROW_BATCH):
+                 rows_per_batch: int = ROWS_PER_ARROW_BATCH, check_crcs: bool = True):
         self.topic, self.partition = topic, partition
+        self.check_crcs = check_crcs      # the source's kafka.check.crcs (Kafka's default: true)
         self.include_headers = include_headers
         self.rows_per_batch = rows_per_batch
         self.schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
@@ -144,7 +145,7 @@ class ColumnBuilder:
         return self._pending >= self.rows_per_batch or self._size >= MAX_ARROW_BATCH_BYTES
 
     # ---- step 1: per batch
-    def add_batch(self, buf, pos: int, start: int, end: int, check_crc: bool = True,
+    def add_batch(self, buf, pos: int, start: int, end: int, check_crc: bool | None = None,
                   file: str | None = None, file_position: int | None = None) -> int:
         """Queue the records of the v2 batch at buf[pos:] whose offsets are in [start, end).
         Returns the number of records queued (a batch straddling a bound is trimmed on flush).
@@ -158,7 +159,7 @@ class ColumnBuilder:
         (base_offset, length, _epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
          _pid, _pepoch, _seq, count) = _HEADER_UNPACK(buf, pos)
         size = LOG_OVERHEAD + length
-        if check_crc:
+        if self.check_crcs if check_crc is None else check_crc:
             check_batch(buf, pos, topic=self.topic, partition=self.partition, file=file,
                         file_position=file_position)
         if attributes & CONTROL_FLAG_MASK or count <= 0:

@@ -287,10 +287,10 @@ class PartitionReader:
                 os.close(fd)
 
     def read_arrow(self, start: int, end: int, include_headers: bool = False,
-                   rows_per_batch: int | None = None):
+                   rows_per_batch: int | None = None, check_crcs: bool = True):
         """Arrow record batches of the records with start ≤ offset < end. The caller has dealt
         with data loss (see `kstore.spark.source`); offset gaps are normal (compaction)."""
-        builder = ColumnBuilder(self.topic, self.partition, include_headers,
+        builder = ColumnBuilder(self.topic, self.partition, include_headers, check_crcs=check_crcs,
                                 **({"rows_per_batch": rows_per_batch} if rows_per_batch else {}))
         for buf, positions, path, chunk_position in self.chunks(start, end):
             for pos in positions:

@@ -37,7 +37,7 @@ SOURCE_OPTIONS = [
     "failOnDataLoss", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
     "minPartitions", "maxRecordsPerPartition", "includeHeaders", "kafkaConsumer.pollTimeoutMs",
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
-    "kafka.isolation.level", "kafka.request.timeout.ms",
+    "kafka.isolation.level", "kafka.request.timeout.ms", "kafka.check.crcs",
 ]
 SINK_OPTIONS = ["path", "kafka.bootstrap.servers", "topic", "includeHeaders",
                 "kafkaConsumer.pollTimeoutMs", "kafka.compression.type", "kafka.request.timeout.ms",
@@ -246,6 +246,7 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     include_headers: bool = False
+    check_crcs: bool = True      # kafka.check.crcs: each batch's CRC checked before decoding
 
     def describe_subscription(self) -> str:
         if self.strategy == "subscribe":
@@ -372,6 +373,7 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
         raise KStoreOptionError(f"Kafka option 'isolation.level' must be read_uncommitted or "
                                 f"read_committed, got {options['kafka.isolation.level']!r}")
     opts.isolation_level = isolation
+    opts.check_crcs = _bool(options, "kafka.check.crcs", True)   # Kafka's consumer default
     opts.min_partitions = _positive_int(options, "minPartitions")
     opts.max_records_per_partition = _positive_int(options, "maxRecordsPerPartition")
 

@@ -96,13 +96,15 @@ class KStoreRange(InputPartition):
     start_is_earliest: bool = False    # "earliest": late-bound, aging out is not data loss
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    check_crcs: bool = True            # kafka.check.crcs, as Kafka's consumer's check.crcs
 
     def __init__(self, location, topic, partition, start, end, start_is_earliest=False,
-                 fail_on_data_loss=True, include_headers=False):
+                 fail_on_data_loss=True, include_headers=False, check_crcs=True):
         super().__init__(None)
         self.location, self.topic, self.partition = location, topic, partition
         self.start, self.end, self.start_is_earliest = start, end, start_is_earliest
         self.fail_on_data_loss, self.include_headers = fail_on_data_loss, include_headers
+        self.check_crcs = check_crcs
 
     @property
     def name(self) -> str:
@@ -135,7 +137,8 @@ def read_range(r: KStoreRange, backend=None):
                     return                      # the whole range is gone: skip it
                 start = earliest
             try:
-                for batch in backend.read_arrow(r.topic, r.partition, start, end, r.include_headers):
+                for batch in backend.read_arrow(r.topic, r.partition, start, end, r.include_headers,
+                                                  check_crcs=r.check_crcs):
                     if batch.num_rows:
                         start = batch.column(4)[batch.num_rows - 1].as_py() + 1
                         yield batch
@@ -280,7 +283,8 @@ def split_ranges(ranges: list[KStoreRange], min_partitions: int | None,
         parts = max(1, min(parts, size))
         bounds = [r.start + (size * i) // parts for i in range(parts + 1)]
         return [KStoreRange(r.location, r.topic, r.partition, a, b,
-                            r.start_is_earliest and i == 0, r.fail_on_data_loss, r.include_headers)
+                            r.start_is_earliest and i == 0, r.fail_on_data_loss, r.include_headers,
+                            r.check_crcs)
                 for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
 
     out = ranges
@@ -330,7 +334,7 @@ class KStoreBatchReader(DataSourceReader):
                     f"has been damaged.")
             if end > start:
                 ranges.append(KStoreRange(opts.location, tp[0], tp[1], start, end, tp in earliest,
-                                          opts.fail_on_data_loss, opts.include_headers))
+                                          opts.fail_on_data_loss, opts.include_headers, opts.check_crcs))
         return split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
 
     def read(self, partition):
@@ -464,7 +468,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             if u > f:
                 ranges.append(KStoreRange(self.opts.location, tp[0], tp[1], f, u, False, fail,
-                                          self.opts.include_headers))
+                                          self.opts.include_headers, self.opts.check_crcs))
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition):

@@ -117,8 +117,10 @@ class AdminApis:
 
     # ------------------------------------------------------------------ ListGroups
     async def _list_groups(self, version, body, header) -> dict:
-        # kstore's groups only commit offsets (no membership): Kafka lists such a group with an
-        # empty protocol type, as it does for a consumer that assigns partitions itself.
+        # A group that only commits offsets (its consumers assign() partitions) has an empty
+        # protocol type, as in Kafka; a group whose members joined has theirs ("consumer").
+        membership = self.broker.group_coordinator.membership
         return {"throttle_time_ms": 0, "error_code": 0,
-                "groups": [{"group_id": g, "protocol_type": ""}
+                "groups": [{"group_id": g, "protocol_type": (membership.group(g).protocol_type or "")
+                            if membership.group(g) else ""}
                            for g in self.broker.group_coordinator.groups()]}

@@ -21,7 +21,7 @@ def _dump_log(args: argparse.Namespace) -> int:
     for path in files:
         ok &= dump_file(path, print_data=args.print_data_log,
                         index_sanity_check=args.index_sanity_check,
-                        deep_iteration=args.deep_iteration)
+                        deep_iteration=args.deep_iteration, offsets_decoder=args.offsets_decoder)
     return 0 if ok else 1
 
 
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--print-data-log", action="store_true",
                       help="print each record's key and payload (implies --deep-iteration)")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record")
+    dump.add_argument("--offsets-decoder", action="store_true",
+                      help="decode __consumer_offsets records (offset commits, group metadata) as JSON")
     dump.add_argument("--index-sanity-check", action="store_true",
                       help="only run the index sanity check Kafka runs at startup")
     dump.set_defaults(func=_dump_log)

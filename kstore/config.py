@@ -265,6 +265,15 @@ _BROKER_KEYS = [
               "A partition forgets an idempotent producer idle this long."),
     ConfigKey("producer.id.expiration.check.interval.ms", "int", 600000, at_least(1),
               "How often partitions look for expired producer ids."),
+    # the classic group coordinator (kstore.group_membership)
+    ConfigKey("group.min.session.timeout.ms", "int", 6000, at_least(0),
+              "The shortest session timeout a consumer may ask for in JoinGroup."),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000, at_least(0),
+              "The longest session timeout a consumer may ask for in JoinGroup."),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, at_least(0),
+              "How long the first rebalance of an empty group waits for more members to join."),
+    ConfigKey("group.max.size", "int", INT_MAX, at_least(1),
+              "The most members one consumer group may have."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

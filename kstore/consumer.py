@@ -68,6 +68,7 @@ class Consumer:
         self._pending_async: list[tuple[dict, Callable | None]] = []
         self._next_auto_commit = self.clock.milliseconds() + auto_commit_interval_ms
         self._round_robin = 0
+        self.group_member = None    # a ConsumerCoordinator when the consumer subscribed
         self.closed = False
 
     # ---- assignment and positions
@@ -187,8 +188,9 @@ class Consumer:
         if self.group_id is None:
             raise KStoreError("commit needs a group_id")
         offsets = self._current_offsets() if offsets is None else offsets
+        member = self.group_member.commit_identity() if self.group_member is not None else {}
         return self.broker.group_coordinator.commit_offsets(
-            self.group_id, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
+            self.group_id, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}, **member)
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
                      callback: Callable[[dict, BaseException | None], None] | None = None) -> None:

@@ -143,3 +143,93 @@ def decode_offset_commit_value(value: bytes) -> OffsetCommitValue:
 def _expect_end(buf: bytes, pos: int, what: str) -> None:
     if pos != len(buf):
         raise InvalidRecordError(f"{what} has {len(buf) - pos} unexpected trailing byte(s)")
+
+
+# ---- GroupMetadataValue (GroupMetadataValue.json): a classic group's membership
+GROUP_METADATA_VALUE_VERSION = 3
+
+
+@dataclass(frozen=True)
+class GroupMemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[GroupMemberValue, ...] = ()
+
+    def encode(self) -> bytes:
+        """Version 3, what Kafka writes (v0–2 lack the instance id / rebalance timeout / time)."""
+        out = struct.pack(">h", GROUP_METADATA_VALUE_VERSION) + _string(self.protocol_type)
+        out += struct.pack(">i", self.generation) + _nullable_string(self.protocol)
+        out += _nullable_string(self.leader) + struct.pack(">qi", self.current_state_timestamp,
+                                                           len(self.members))
+        for m in self.members:
+            out += (_string(m.member_id) + _nullable_string(m.group_instance_id) +
+                    _string(m.client_id) + _string(m.client_host) +
+                    struct.pack(">ii", m.rebalance_timeout, m.session_timeout) +
+                    _bytes(m.subscription) + _bytes(m.assignment))
+        return out
+
+
+def _nullable_string(s: str | None) -> bytes:
+    return struct.pack(">h", -1) if s is None else _string(s)
+
+
+def _bytes(b: bytes) -> bytes:
+    return struct.pack(">i", len(b)) + bytes(b)
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes, int]:
+    n, pos = _read(">i", buf, pos, "bytes length")
+    if n < 0 or pos + n > len(buf):
+        raise InvalidRecordError(f"bytes of length {n} at byte {pos} run past the end ({len(buf)})")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
+    version, pos = _read(">h", value, 0, "value version")
+    if not 0 <= version <= 3:
+        raise InvalidRecordError(f"GroupMetadataValue version {version} is not supported (0-3)")
+    protocol_type, pos = _read_string(value, pos)
+    generation, pos = _read(">i", value, pos, "generation")
+    protocol, pos = _read_string(value, pos)
+    leader, pos = _read_string(value, pos)
+    timestamp = -1
+    if version >= 2:
+        timestamp, pos = _read(">q", value, pos, "current state timestamp")
+    count, pos = _read(">i", value, pos, "member count")
+    if count < 0 or count > len(value):
+        raise InvalidRecordError(f"GroupMetadataValue member count {count} is impossible")
+    members = []
+    for _ in range(count):
+        member_id, pos = _read_string(value, pos)
+        instance_id = None
+        if version >= 3:
+            instance_id, pos = _read_string(value, pos)
+        client_id, pos = _read_string(value, pos)
+        client_host, pos = _read_string(value, pos)
+        rebalance_timeout = -1
+        if version >= 1:
+            rebalance_timeout, pos = _read(">i", value, pos, "rebalance timeout")
+        session_timeout, pos = _read(">i", value, pos, "session timeout")
+        subscription, pos = _read_bytes(value, pos)
+        assignment, pos = _read_bytes(value, pos)
+        members.append(GroupMemberValue(member_id, instance_id, client_id, client_host,
+                                        rebalance_timeout if version >= 1 else session_timeout,
+                                        session_timeout, subscription, assignment))
+    _expect_end(value, pos, f"GroupMetadataValue v{version}")
+    return GroupMetadataValue(protocol_type or "", generation, protocol, leader, timestamp,
+                              tuple(members))

@@ -52,7 +52,7 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else data.decode("utf-8", errors="replace")
 
 
-def format_record(batch: RecordBatch, record, print_data: bool) -> str:
+def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False) -> str:
     parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
              f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
              f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
@@ -66,6 +66,10 @@ def format_record(batch: RecordBatch, record, print_data: bool) -> str:
         else:
             type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
             parts.append(f" controlType: {kind.name}({type_id})")
+    elif offsets_decoder:   # --offsets-decoder: __consumer_offsets records as JSON
+        from .offsets_decoder import decode_offsets_record
+        key, payload = decode_offsets_record(record.key, record.value)
+        parts.append(f" key: {key} payload: {payload}")
     elif print_data:
         if record.key is not None:
             parts.append(f" key: {_text(record.key)}")
@@ -83,7 +87,8 @@ def _control_type(key: bytes | None) -> ControlRecordType:
         return ControlRecordType.UNKNOWN
 
 
-def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool) -> None:
+def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
+             offsets_decoder: bool = False) -> None:
     out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
     records = FileRecords(path, file_already_exists=True)
     try:
@@ -91,9 +96,9 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool) 
         try:
             for batch in records.batches():
                 out.write(format_batch(batch, valid) + "\n")
-                if deep or print_data:
+                if deep or print_data or offsets_decoder:
                     for record in batch.records():
-                        out.write(format_record(batch, record, print_data) + "\n")
+                        out.write(format_record(batch, record, print_data, offsets_decoder) + "\n")
                 valid += batch.size_in_bytes
         except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
             err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
@@ -186,7 +191,7 @@ def dump_checkpoint(path: str, out: TextIO) -> None:
 
 def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
               print_data: bool = False, index_sanity_check: bool = False,
-              deep_iteration: bool = False) -> bool:
+              deep_iteration: bool = False, offsets_decoder: bool = False) -> bool:
     """Dump one file; return False if it could not be read (the error goes to `err`)."""
     out.write(f"Dumping {path}\n")
     name = os.path.basename(path)
@@ -195,7 +200,7 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         return False
     try:
         if name.endswith(".log"):
-            dump_log(path, out, err, print_data, deep_iteration)
+            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)
         elif name.endswith(".timeindex"):

@@ -187,6 +187,21 @@ class NotCoordinatorError(KStoreError):
     error_code = 16
 
 
+# ---- consumer groups (kstore.group_membership) ----
+
+class NonEmptyGroupError(KStoreError):
+    """The group still has members (DeleteGroups, reset-offsets)."""
+    error_code = 68
+
+
+class GroupIdNotFoundError(KStoreError):
+    error_code = 69
+
+
+class GroupSubscribedToTopicError(KStoreError):
+    error_code = 86
+
+
 def error_code(e: BaseException) -> int:
     """Kafka's error code for an exception (UNKNOWN_SERVER_ERROR for one kstore did not expect)."""
     return getattr(e, "error_code", -1)

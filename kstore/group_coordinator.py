@@ -10,8 +10,10 @@ Mirrors the offset part of Kafka's group coordinator (`GroupCoordinatorService`,
   key wins; a null value is a tombstone), so a restart loses no committed offset;
 * offsets expire after `offsets.retention.minutes`: expiry writes tombstones, and compaction then
   keeps the topic small (one record per group/topic/partition, plus what is not yet compacted).
-kstore has no group membership protocol (JoinGroup/SyncGroup): groups are "simple" groups whose
-consumers `assign()` partitions themselves, so an offset's expiry is counted from its commit time.
+Group membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) is `kstore.group_membership`; this
+class owns what is written: a group's GroupMetadata record goes to the same partition as its
+offsets, and replaying the partition restores the groups, their generation and assignments.
+Offsets of a group with members never expire; the others' expiry counts from their commit time.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .coordinator_records import (GroupMetadataKey, OffsetCommitKey, OffsetCommitValue, decode_key,
-                                  decode_offset_commit_value, partition_for)
+from .coordinator_records import (GroupMemberValue, GroupMetadataKey, GroupMetadataValue,
+                                  OffsetCommitKey, OffsetCommitValue, decode_group_metadata_value,
+                                  decode_key, decode_offset_commit_value, partition_for)
+from .group_membership import GroupMembership
+from .group_metadata import EMPTY, STABLE, GroupMetadata, MemberMetadata
 from .errors import (CommitFailedError, InvalidCommitOffsetError, InvalidGroupIdError,
                      KStoreError, OffsetMetadataTooLargeError, UnknownTopicOrPartitionError)
 
@@ -75,6 +80,8 @@ class GroupCoordinator:
         self._lock = threading.RLock()
         self._cache: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self._loaded_epochs: dict[int, int] = {}
+        self.membership = GroupMembership(self.clock, broker.config, store=self._store_group,
+                                          events=broker.events)
         self._ensure_offsets_topic()
         self.loaded_records = sum(self._load_partition(p) for p in range(self.num_partitions)
                                   if self._leads(p))
@@ -109,6 +116,8 @@ class GroupCoordinator:
         part = self.broker.replica_manager.partition(OFFSETS_TOPIC, p)
         for group in [g for g in self._cache if self.partition_for(g) == p]:
             del self._cache[group]
+        for group in [g for g in self.membership.groups if self.partition_for(g) == p]:
+            del self.membership.groups[group]
         count = 0
         for record in part.log.records():
             count += 1
@@ -141,6 +150,73 @@ class GroupCoordinator:
                                               v.commit_timestamp, v.expire_timestamp)
         elif isinstance(key, GroupMetadataKey) and value_bytes is None:
             self._cache.pop(key.group, None)
+            self.membership.groups.pop(key.group, None)
+        elif isinstance(key, GroupMetadataKey):
+            self.membership.load(group_from_value(key.group, decode_group_metadata_value(value_bytes)))
+
+    # ---- group metadata records
+    def _store_group(self, group: GroupMetadata) -> None:
+        """Write the group's GroupMetadata record (Kafka's storeGroup), beside its offsets."""
+        record = Record(GroupMetadataKey(group.group_id).encode(), group_to_value(group).encode(),
+                        self.clock.milliseconds())
+        self.broker.produce_request(OFFSETS_TOPIC, self.partition_for(group.group_id),
+                                    build_batch([record]), 1)
+
+    def group_state(self, group_id: str) -> str:
+        """Empty, PreparingRebalance, CompletingRebalance, Stable — or Dead for an unknown group
+        (what DescribeGroups answers for a group the coordinator does not know)."""
+        self._ensure_fresh(group_id)
+        group = self.membership.group(group_id)
+        if group is not None:
+            return group.state
+        return EMPTY if group_id in self._cache else "Dead"
+
+    def describe_group(self, group_id: str):
+        """The group's state and members (GroupDescription), as DescribeGroups answers."""
+        from .group_metadata import describe_group
+        state = self.group_state(group_id)
+        return describe_group(self.membership.group(group_id), group_id, state,
+                              self.broker.broker_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """DeleteGroups: tombstones for the group and all its offsets; refused while it has
+        members (NON_EMPTY_GROUP) and for a group this coordinator does not know."""
+        from .errors import GroupIdNotFoundError, NonEmptyGroupError
+        self._ensure_fresh(group_id)
+        with self._lock, self.membership.lock:
+            if group_id not in self._cache and self.membership.group(group_id) is None:
+                raise GroupIdNotFoundError(f"group '{group_id}' does not exist")
+            if self.membership.delete(group_id) is not None:
+                raise NonEmptyGroupError(f"group '{group_id}' has active members")
+            now = self.clock.milliseconds()
+            records = [Record(OffsetCommitKey(group_id, t, p).encode(), None, now)
+                       for t, p in self._cache.pop(group_id, {})]
+            records.append(Record(GroupMetadataKey(group_id).encode(), None, now))
+            self.broker.produce_request(OFFSETS_TOPIC, self.partition_for(group_id),
+                                        build_batch(records), 1)
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict:
+        """OffsetDelete: tombstones for these partitions' offsets; a partition of a topic the
+        group's members subscribe to answers GROUP_SUBSCRIBED_TO_TOPIC (error names per tp)."""
+        from .errors import GroupIdNotFoundError
+        self._ensure_fresh(group_id)
+        with self._lock, self.membership.lock:
+            group = self.membership.group(group_id)
+            if group_id not in self._cache and group is None:
+                raise GroupIdNotFoundError(f"group '{group_id}' does not exist")
+            subscribed = group.subscribed_topics() if group is not None and group.members else set()
+            results, records, now = {}, [], self.clock.milliseconds()
+            for tp in partitions:
+                if subscribed is None or tp[0] in subscribed:
+                    results[tp] = "GROUP_SUBSCRIBED_TO_TOPIC"
+                    continue
+                results[tp] = None
+                if self._cache.get(group_id, {}).pop(tp, None) is not None:
+                    records.append(Record(OffsetCommitKey(group_id, *tp).encode(), None, now))
+            if records:
+                self.broker.produce_request(OFFSETS_TOPIC, self.partition_for(group_id),
+                                            build_batch(records), 1)
+            return results
 
     # ---- commit / fetch
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | int],
@@ -217,7 +293,7 @@ class GroupCoordinator:
 
     def groups(self) -> list[str]:
         with self._lock:
-            return sorted(self._cache)
+            return sorted(set(self._cache) | set(self.membership.groups))
 
     # ---- expiry
     def expire_offsets(self, now: int | None = None) -> int:
@@ -228,6 +304,8 @@ class GroupCoordinator:
         written = 0
         with self._lock:
             for group_id, offsets in list(self._cache.items()):
+                if self.membership.state_of(group_id) != EMPTY:
+                    continue    # a group with members keeps its offsets
                 expired = [tp for tp, om in offsets.items()
                            if (om.expire_timestamp is not None and now >= om.expire_timestamp)
                            or (om.expire_timestamp is None and now - om.commit_timestamp >= retention_ms)]
@@ -259,3 +337,26 @@ class GroupCoordinator:
             self._expiry_task = None
 
 
+
+
+def group_to_value(group: GroupMetadata) -> GroupMetadataValue:
+    members = tuple(GroupMemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout_ms, m.session_timeout_ms,
+                                     m.metadata(group.protocol_name) if group.protocol_name else b"",
+                                     m.assignment)
+                    for m in group.members.values())
+    return GroupMetadataValue(group.protocol_type or "", group.generation_id, group.protocol_name,
+                              group.leader_id, group.state_timestamp, members)
+
+
+def group_from_value(group_id: str, value: GroupMetadataValue) -> GroupMetadata:
+    """A group as stored: Stable with its members and their assignments, or Empty."""
+    group = GroupMetadata(group_id, STABLE if value.members else EMPTY, value.generation,
+                          value.protocol_type or None, value.protocol, value.leader,
+                          value.current_state_timestamp)
+    for m in value.members:
+        group.add(MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                 m.rebalance_timeout, m.session_timeout, value.protocol_type,
+                                 [(value.protocol or "", m.subscription)], m.assignment))
+    group.leader_id = value.leader
+    return group

@@ -4,7 +4,8 @@ What this module owns: the bytes of every request and response kstore's broker s
 
     ApiVersions v0-2, Metadata v0-8, Produce v3-8, Fetch v4-11, ListOffsets v1-5,
     FindCoordinator v0-2, OffsetCommit v2-7, OffsetFetch v1-5, InitProducerId v0-1,
-    OffsetForLeaderEpoch v0-3,
+    OffsetForLeaderEpoch v0-3, JoinGroup v0-5, SyncGroup v0-3, Heartbeat v0-3, LeaveGroup v0-3,
+    DescribeGroups v0-4, DeleteGroups v0-1, OffsetDelete v0,
 
 plus the request header (v1, and v2 far enough to answer a too-new ApiVersions request) and the
 response header v0. It mirrors three parts of Kafka's client library:
@@ -64,6 +65,8 @@ API_KEYS: dict[str, int] = {
     "OffsetFetch": 9, "FindCoordinator": 10, "ApiVersions": 18, "InitProducerId": 22,
     "OffsetsForLeaderEpoch": 23, "ListGroups": 16, "CreateTopics": 19, "DescribeConfigs": 32,
     "CreatePartitions": 37,
+    "JoinGroup": 11, "Heartbeat": 12, "LeaveGroup": 13, "SyncGroup": 14, "DescribeGroups": 15,
+    "DeleteGroups": 42, "OffsetDelete": 47,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
@@ -72,12 +75,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     22: (0, 1), 23: (0, 3),
     # the admin APIs the `kstore topics` / `consumer-groups` tools use over the network
     16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
+    # the classic consumer group protocol (kstore.group_membership)
+    11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1), 47: (0, 0),
 }
 
 # First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
 # header is v2 (tagged fields) and the body uses compact strings/arrays, which are not implemented.
 FLEXIBLE_FROM: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4, 16: 3, 19: 5, 32: 4, 37: 2,
+    11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 42: 2, 47: 32767,
 }
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
@@ -504,6 +510,117 @@ _LIST_GROUPS_RESPONSE = (
       F("protocol_type", "string", "0+")),
 )
 
+# ---- the classic consumer group protocol (JoinGroup.json, SyncGroup.json, ... as above)
+
+_JOIN_GROUP_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("session_timeout_ms", "int32", "0+"),
+    F("rebalance_timeout_ms", "int32", "1+", default=-1),   # v0: the session timeout is used
+    F("member_id", "string", "0+"),
+    F("group_instance_id", "string", "5+", nullable="5+", default=None),
+    F("protocol_type", "string", "0+"),
+    F("protocols", "[]JoinGroupRequestProtocol", "0+",
+      F("name", "string", "0+"),
+      F("metadata", "bytes", "0+")),
+)
+_JOIN_GROUP_RESPONSE = (
+    F("throttle_time_ms", "int32", "2+"),
+    F("error_code", "int16", "0+"),
+    F("generation_id", "int32", "0+", default=-1),
+    F("protocol_name", "string", "0+"),
+    F("leader", "string", "0+"),
+    F("member_id", "string", "0+"),
+    F("members", "[]JoinGroupResponseMember", "0+",
+      F("member_id", "string", "0+"),
+      F("group_instance_id", "string", "5+", nullable="5+", default=None),
+      F("metadata", "bytes", "0+")),
+)
+_SYNC_GROUP_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("generation_id", "int32", "0+"),
+    F("member_id", "string", "0+"),
+    F("group_instance_id", "string", "3+", nullable="3+", default=None),
+    F("assignments", "[]SyncGroupRequestAssignment", "0+",
+      F("member_id", "string", "0+"),
+      F("assignment", "bytes", "0+")),
+)
+_SYNC_GROUP_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0+"),
+    F("assignment", "bytes", "0+"),
+)
+_HEARTBEAT_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("generation_id", "int32", "0+"),
+    F("member_id", "string", "0+"),
+    F("group_instance_id", "string", "3+", nullable="3+", default=None),
+)
+_HEARTBEAT_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0+"),
+)
+_LEAVE_GROUP_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("member_id", "string", "0-2"),
+    F("members", "[]MemberIdentity", "3+",
+      F("member_id", "string", "3+"),
+      F("group_instance_id", "string", "3+", nullable="3+", default=None)),
+)
+_LEAVE_GROUP_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0+"),
+    F("members", "[]MemberResponse", "3+",
+      F("member_id", "string", "3+"),
+      F("group_instance_id", "string", "3+", nullable="3+"),
+      F("error_code", "int16", "3+")),
+)
+_DESCRIBE_GROUPS_REQUEST = (
+    F("groups", "[]string", "0+"),
+    F("include_authorized_operations", "bool", "3+"),
+)
+_DESCRIBE_GROUPS_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("groups", "[]DescribedGroup", "0+",
+      F("error_code", "int16", "0+"),
+      F("group_id", "string", "0+"),
+      F("group_state", "string", "0+"),
+      F("protocol_type", "string", "0+"),
+      F("protocol_data", "string", "0+"),
+      F("members", "[]DescribedGroupMember", "0+",
+        F("member_id", "string", "0+"),
+        F("group_instance_id", "string", "4+", nullable="4+", default=None),
+        F("client_id", "string", "0+"),
+        F("client_host", "string", "0+"),
+        F("member_metadata", "bytes", "0+"),
+        F("member_assignment", "bytes", "0+")),
+      F("authorized_operations", "int32", "3+", default=-2147483648)),
+)
+_DELETE_GROUPS_REQUEST = (
+    F("groups_names", "[]string", "0+"),
+)
+_DELETE_GROUPS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("results", "[]DeletableGroupResult", "0+",
+      F("group_id", "string", "0+"),
+      F("error_code", "int16", "0+")),
+)
+_OFFSET_DELETE_REQUEST = (
+    F("group_id", "string", "0+"),
+    F("topics", "[]OffsetDeleteRequestTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]OffsetDeleteRequestPartition", "0+",
+        F("partition_index", "int32", "0+"))),
+)
+_OFFSET_DELETE_RESPONSE = (
+    F("error_code", "int16", "0+"),
+    F("throttle_time_ms", "int32", "0+"),
+    F("topics", "[]OffsetDeleteResponseTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]OffsetDeleteResponsePartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("error_code", "int16", "0+"))),
+)
+
 _DEFINITIONS = {
     "Produce": (_PRODUCE_REQUEST, _PRODUCE_RESPONSE),
     "Fetch": (_FETCH_REQUEST, _FETCH_RESPONSE),
@@ -519,6 +636,13 @@ _DEFINITIONS = {
     "CreateTopics": (_CREATE_TOPICS_REQUEST, _CREATE_TOPICS_RESPONSE),
     "DescribeConfigs": (_DESCRIBE_CONFIGS_REQUEST, _DESCRIBE_CONFIGS_RESPONSE),
     "CreatePartitions": (_CREATE_PARTITIONS_REQUEST, _CREATE_PARTITIONS_RESPONSE),
+    "JoinGroup": (_JOIN_GROUP_REQUEST, _JOIN_GROUP_RESPONSE),
+    "SyncGroup": (_SYNC_GROUP_REQUEST, _SYNC_GROUP_RESPONSE),
+    "Heartbeat": (_HEARTBEAT_REQUEST, _HEARTBEAT_RESPONSE),
+    "LeaveGroup": (_LEAVE_GROUP_REQUEST, _LEAVE_GROUP_RESPONSE),
+    "DescribeGroups": (_DESCRIBE_GROUPS_REQUEST, _DESCRIBE_GROUPS_RESPONSE),
+    "DeleteGroups": (_DELETE_GROUPS_REQUEST, _DELETE_GROUPS_RESPONSE),
+    "OffsetDelete": (_OFFSET_DELETE_REQUEST, _OFFSET_DELETE_RESPONSE),
 }
 _KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 

@@ -37,7 +37,8 @@ API = P.API_KEYS
 # The versions this client sends (all within what kstore's broker supports, all non-flexible).
 VERSION = {"Metadata": 8, "Produce": 8, "Fetch": 11, "ListOffsets": 5, "FindCoordinator": 2,
            "OffsetCommit": 7, "OffsetFetch": 5, "CreateTopics": 4, "CreatePartitions": 1,
-           "DescribeConfigs": 3, "ListGroups": 2, "InitProducerId": 1}
+           "DescribeConfigs": 3, "ListGroups": 2, "DescribeGroups": 4, "DeleteGroups": 1,
+           "InitProducerId": 1}
 TOPIC_RESOURCE = 2
 E = P.ERRORS
 # Retriable, as in Kafka's clients (InvalidMetadataException and its kind): refresh and try again.
@@ -339,16 +340,18 @@ class RemoteGroupCoordinator:
         def attempt():
             response = self.broker.request(api, body, self._coordinator(group_id))
             code = response.get("error_code", 0) or next(
-                (p["error_code"] for t in response["topics"] for p in t["partitions"]
+                (p["error_code"] for t in response.get("topics", []) for p in t["partitions"]
                  if p["error_code"] in COORDINATOR_MOVED), 0)
             if code:
                 raise error_for_code(code, f"{api} for group '{group_id}'")
             return response
         return self.broker.retrying(attempt, COORDINATOR_MOVED)
 
-    def commit_offsets(self, group_id: str, offsets: dict) -> dict[tuple[str, int], int]:
-        """Commit (OffsetCommit, as a consumer that assigns its own partitions: generation −1).
-        Raises CommitFailedError naming every partition the coordinator refused."""
+    def commit_offsets(self, group_id: str, offsets: dict, generation_id: int = -1,
+                       member_id: str = "") -> dict[tuple[str, int], int]:
+        """Commit (OffsetCommit; generation −1 and no member id for a consumer that assigns its
+        own partitions, a group member's own otherwise). Raises CommitFailedError naming every
+        partition the coordinator refused."""
         if not offsets:
             return {}
         committed = {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om)
@@ -358,7 +361,8 @@ class RemoteGroupCoordinator:
             by_topic.setdefault(topic, []).append({
                 "partition_index": partition, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
-        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+        body = {"group_id": group_id, "generation_id_or_member_epoch": generation_id,
+                "member_id": member_id,
                 "group_instance_id": None,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
         response = self._to_coordinator(group_id, "OffsetCommit", body)
@@ -391,6 +395,21 @@ class RemoteGroupCoordinator:
         if partitions is None:
             return {tp: om for tp, om in found.items() if om is not None}
         return {tp: found.get(tp) for tp in partitions}
+
+    def describe_group(self, group_id: str):
+        """DescribeGroups at the group's coordinator: its state and members (GroupDescription)."""
+        from .group_metadata import describe_described_group
+        response = self._to_coordinator(group_id, "DescribeGroups", {"groups": [group_id]})
+        described = response["groups"][0]
+        if described["error_code"]:
+            raise error_for_code(described["error_code"], f"DescribeGroups of '{group_id}'")
+        return describe_described_group(described, self._coordinator(group_id))
+
+    def delete_group(self, group_id: str) -> None:
+        response = self._to_coordinator(group_id, "DeleteGroups", {"groups_names": [group_id]})
+        code = response["results"][0]["error_code"]
+        if code:
+            raise error_for_code(code, f"group '{group_id}' could not be deleted")
 
     def groups(self) -> list[str]:
         """Every group of the cluster: ListGroups to each broker (each lists the groups it

@@ -13,7 +13,8 @@ Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
   `zero_copy=False` reads them into memory and sends them (the copy path chapter 11 compares).
   A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
 The wire structs come from the schema-driven codec in `kstore.protocol`; the admin requests
-(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`.
+(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`, the
+consumer group requests (JoinGroup, SyncGroup, Heartbeat, ...) in `kstore.group_apis`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .broker import Broker, normalize_acks
 from .errors import (CorruptRecordError, error_code, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
                      NotLeaderOrFollowerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .file_records import FileSlice
+from .group_apis import GroupApis, client_host
 from .group_coordinator import OffsetAndMetadata, java_length
 from .log import Isolation
 from .topic import validate_topic_name
@@ -52,7 +54,7 @@ class ServerStats:
     bytes_sent_copy: int = 0
 
 
-class KafkaServer(AdminApis):
+class KafkaServer(AdminApis, GroupApis):
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int = 104857600,
                  idle_timeout_s: float = 600.0, advertised_host: str | None = None):
@@ -133,6 +135,8 @@ class KafkaServer(AdminApis):
             try:
                 self.broker.logs.scheduler.run_due()
                 self.broker.replica_manager.check_purgatory()
+                if self.broker._coordinator is not None:   # session and rebalance timers
+                    self.broker._coordinator.membership.tick()
             except Exception:
                 pass
             await asyncio.sleep(0.05)
@@ -169,6 +173,7 @@ class KafkaServer(AdminApis):
 
     async def _connection(self, conn: socket.socket) -> None:
         try:
+            client_host.set(conn.getpeername()[0])
             while True:
                 size_bytes = await self._recv_exactly(conn, 4, first=True)
                 if size_bytes is None:
@@ -260,7 +265,8 @@ class KafkaServer(AdminApis):
                 API["OffsetsForLeaderEpoch"]: self._offsets_for_leader_epoch,
                 API["CreateTopics"]: self._create_topics,
                 API["CreatePartitions"]: self._create_partitions,
-                API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups}
+                API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
+                **self._group_handlers()}
 
     # ------------------------------------------------------------------ APIs
     async def _api_versions(self, version, body, header) -> dict:
@@ -496,10 +502,13 @@ class KafkaServer(AdminApis):
                 valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
                                               cp.get("committed_leader_epoch", -1))
             topics.append({"name": topic["name"], "partitions": parts})
-        if not group:
+        member_error = None if not group else coordinator.membership.validate_commit(
+            group, body.get("generation_id_or_member_epoch", -1), body.get("member_id", ""),
+            body.get("group_instance_id"))
+        if not group or member_error:   # INVALID_GROUP_ID, or the member/generation check failed
             for t in topics:
                 for p in t["partitions"]:
-                    p["error_code"] = E["INVALID_GROUP_ID"]
+                    p["error_code"] = E[member_error or "INVALID_GROUP_ID"]
         elif valid:
             try:   # appended with acks=all: answer only once the ISR has the commit
                 prepared = coordinator.prepare_commit(group, valid, expire_timestamp=expire)

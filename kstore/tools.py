@@ -132,7 +132,15 @@ def consume(args, out: TextIO) -> int:
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
                             enable_auto_commit=args.group is not None)
         tps = [(args.topic, p) for p in partitions]
-        consumer.assign(tps)
+        member = None
+        if args.group is not None and args.partition is None and isinstance(broker, RemoteBroker):
+            # subscribe: join the group, and read what the group's leader assigns us
+            from .consumer_coordinator import ConsumerCoordinator
+            member = consumer.group_member = ConsumerCoordinator(
+                broker, args.group, [args.topic], client_id="kstore-console-consumer")
+            member.ensure_active(consumer)
+        else:
+            consumer.assign(tps)
         if args.offset is not None:
             offset = args.offset
             if offset in ("earliest", "latest"):
@@ -149,6 +157,9 @@ def consume(args, out: TextIO) -> int:
         last_record = time.monotonic()
         try:
             while args.max_messages is None or printed < args.max_messages:
+                if member is not None:     # stay in the group; follow its rebalances
+                    member.poll_heartbeat()
+                    member.ensure_active(consumer)
                 limit = None if args.max_messages is None else args.max_messages - printed
                 batch = consumer.poll(max_records=limit)
                 if not batch:
@@ -162,6 +173,8 @@ def consume(args, out: TextIO) -> int:
         except KeyboardInterrupt:
             pass   # Ctrl-C ends a live run; the positions reached are still committed below
         consumer.close(autocommit=args.group is not None)
+        if member is not None:
+            member.leave()
         sys.stderr.write(f"Processed a total of {printed} messages\n")
     return 0
 
@@ -207,30 +220,9 @@ def get_offsets(args, out: TextIO) -> int:
 
 # ------------------------------------------------------------------------------ consumer-groups
 def consumer_groups(args, out: TextIO) -> int:
+    from .consumer_groups_tool import consumer_groups as run   # kafka-consumer-groups.sh
     with _open(args) as broker:
-        coordinator = broker.group_coordinator
-        if args.list:
-            for g in coordinator.groups():
-                out.write(g + "\n")
-            return 0
-        if not args.describe or not args.group:
-            raise KStoreError("give --list, or --describe --group GROUP")
-        offsets = coordinator.fetch_offsets(args.group)
-        if not offsets:
-            out.write(f"Consumer group '{args.group}' has no committed offsets.\n")
-            return 0
-        header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                  "CONSUMER-ID", "HOST", "CLIENT-ID")
-        rows = []
-        for (topic, partition), om in sorted(offsets.items()):
-            end = broker.list_offsets(topic, partition, -1).offset   # latest = the high watermark
-            rows.append((args.group, topic, str(partition), str(om.offset), str(end),
-                         str(max(end - om.offset, 0)), "-", "-", "-"))
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        out.write("\n" + " ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
-        for r in rows:
-            out.write(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
-    return 0
+        return run(broker, args, out)
 
 
 # ------------------------------------------------------------------------------ argparse
@@ -306,6 +298,21 @@ def add_parsers(sub) -> None:
     cg.add_argument("--list", action="store_true")
     cg.add_argument("--describe", action="store_true")
     cg.add_argument("--group")
+    cg.add_argument("--members", action="store_true", help="with --describe: the members")
+    cg.add_argument("--verbose", action="store_true", help="with --members: their partitions")
+    cg.add_argument("--state", action="store_true", help="with --describe: state, strategy")
+    cg.add_argument("--offsets", action="store_true", help="with --describe: offsets, lag (default)")
+    cg.add_argument("--delete", action="store_true", help="delete a group without members")
+    cg.add_argument("--reset-offsets", action="store_true",
+                    help="move a group's committed offsets (the group must have no members)")
+    cg.add_argument("--topic", action="append", metavar="TOPIC[:P,P]")
+    cg.add_argument("--all-topics", action="store_true")
+    cg.add_argument("--to-earliest", action="store_true")
+    cg.add_argument("--to-latest", action="store_true")
+    cg.add_argument("--to-offset", type=int)
+    cg.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
+    cg.add_argument("--dry-run", action="store_true")
+    cg.add_argument("--execute", action="store_true")
     cg.set_defaults(func=lambda a: consumer_groups(a, sys.stdout))
 
 

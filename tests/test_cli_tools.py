@@ -231,7 +231,14 @@ def test_a_live_consumer_waits_for_new_records(tmp_path):
          "--group", "watchers", "--timeout-ms", "60000", "--max-messages", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(2)   # the consumer is waiting at the end of an empty log
+        # it subscribes: wait until it is in the group and owns the partition (then it waits at
+        # the end of the empty log; with auto.offset.reset=latest, what is produced before it owns
+        # the partition would not be read, as with Kafka's console consumer)
+        deadline = time.monotonic() + 30
+        while "Stable" not in kstore("consumer-groups", *target.args, "--describe", "--group",
+                                     "watchers", "--state", check=False).stdout:
+            assert time.monotonic() < deadline, "the consumer did not join its group"
+            time.sleep(0.3)
         assert consumer.poll() is None
         kstore("produce", *target.args, "--topic", "live", stdin="a\nb\nc\nd\n")
         out, err = consumer.communicate(timeout=60)

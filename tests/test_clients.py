@@ -1158,7 +1158,7 @@ def test_a_flexible_api_versions_request_gets_the_v0_unsupported_version_reply(i
 def test_unknown_api_keys_and_unsupported_versions_get_an_error_and_the_connection_stays_usable(inproc):
     _, start = inproc
     server = start()
-    unknown_keys = [4, 11, 19, 32, 50, 68, 1000, 32767, -1, -32768]
+    unknown_keys = [4, 48, 19, 32, 50, 68, 1000, 32767, -1, -32768]
     unsupported = [(API["Produce"], v) for v in (0, 1, 2)] + [(API["Fetch"], v) for v in (0, 3)] + \
         [(API["ListOffsets"], 0), (API["OffsetCommit"], 0), (API["OffsetCommit"], 1),
          (API["OffsetFetch"], 0)]
@@ -1490,7 +1490,7 @@ def test_oversized_and_negative_size_prefixes_close_the_connection_at_once(fault
 def test_unknown_api_keys_keep_the_connection_usable_on_the_process_broker(fault_env):
     mark = fault_env.healthy.mark()
     with Conn(fault_env.sp.port) as c:
-        for i, key in enumerate((20, 42, 60, 999, -7)):   # DeleteTopics, DeleteGroups, ...
+        for i, key in enumerate((20, 44, 60, 999, -7)):   # DeleteTopics, IncrementalAlterConfigs, ...
             c.sock.sendall(header_v1_frame(key, 0, 900 + i, b"\x01\x02"))
             assert c.recv_frame() == struct.pack(">ih", 900 + i, E["UNSUPPORTED_VERSION"])
             still_usable(c)

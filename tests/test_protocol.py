@@ -28,6 +28,12 @@ from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsReq
                                      OffsetCommitResponse, OffsetFetchRequest,
                                      OffsetFetchResponse, OffsetForLeaderEpochRequest,
                                      OffsetForLeaderEpochResponse)
+from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+                                     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+                                     OffsetDeleteRequest, OffsetDeleteResponse, SyncGroupRequest,
+                                     SyncGroupResponse)
+from kafka.protocol.admin import (DeleteGroupsRequest, DeleteGroupsResponse,
+                                  DescribeGroupsRequest, DescribeGroupsResponse)
 from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
                                   CreateTopicsRequest, CreateTopicsResponse,
                                   DescribeConfigsRequest, DescribeConfigsResponse,
@@ -37,6 +43,7 @@ from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse,
                                      MetadataRequest, MetadataResponse)
 from kafka.protocol.old import (admin as old_admin, api_versions as old_api_versions, commit as old_commit,
                                 fetch as old_fetch, find_coordinator as old_find_coordinator,
+                                group as old_group,
                                 init_producer_id as old_init_producer_id,
                                 list_offsets as old_list_offsets, metadata as old_metadata,
                                 offset_for_leader_epoch as old_offset_for_leader_epoch,
@@ -66,6 +73,13 @@ KP = {  # kafka-python's JSON-generated classes: (request, response)
     19: (CreateTopicsRequest, CreateTopicsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
+    11: (JoinGroupRequest, JoinGroupResponse),
+    12: (HeartbeatRequest, HeartbeatResponse),
+    13: (LeaveGroupRequest, LeaveGroupResponse),
+    14: (SyncGroupRequest, SyncGroupResponse),
+    15: (DescribeGroupsRequest, DescribeGroupsResponse),
+    42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    47: (OffsetDeleteRequest, OffsetDeleteResponse),
 }
 OLD = {  # kafka-python's hand-written Struct classes, lists indexed by version
     0: (old_produce.ProduceRequest, old_produce.ProduceResponse),
@@ -83,18 +97,27 @@ OLD = {  # kafka-python's hand-written Struct classes, lists indexed by version
     19: (old_admin.CreateTopicsRequest, old_admin.CreateTopicsResponse),            # v0-v3 only
     32: (old_admin.DescribeConfigsRequest, old_admin.DescribeConfigsResponse),      # v0-v2 only
     37: (old_admin.CreatePartitionsRequest, old_admin.CreatePartitionsResponse),
+    11: (old_group.JoinGroupRequest, old_group.JoinGroupResponse),
+    12: (old_group.HeartbeatRequest, old_group.HeartbeatResponse),
+    13: (old_group.LeaveGroupRequest, old_group.LeaveGroupResponse),
+    14: (old_group.SyncGroupRequest, old_group.SyncGroupResponse),
+    15: (old_admin.DescribeGroupsRequest, old_admin.DescribeGroupsResponse),      # v0-v3 only
+    42: (old_admin.DeleteGroupsRequest, old_admin.DeleteGroupsResponse),
+    # (no hand-written OffsetDelete)
 }
 KIND = {"request": 0, "response": 1}
 
 # The table the brief fixes (and the server advertises).
 EXPECTED_SUPPORTED = {18: (0, 2), 3: (0, 8), 0: (3, 8), 1: (4, 11), 2: (1, 5), 10: (0, 2),
                       8: (2, 7), 9: (1, 5), 22: (0, 1), 23: (0, 3),
-                      16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1)}
+                      16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
+                      11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1),
+                      47: (0, 0)}
 
 CASES = [(key, v) for key, (lo, hi) in sorted(EXPECTED_SUPPORTED.items()) for v in range(lo, hi + 1)]
 CASE_IDS = [f"{p.API_NAMES[k]}-v{v}" for k, v in CASES]
 # The hand-written classes stop at CreateTopics v3 and DescribeConfigs v2.
-OLD_CASES = [(k, v) for k, v in CASES if v < len(OLD[k][0])]
+OLD_CASES = [(k, v) for k, v in CASES if k in OLD and v < len(OLD[k][0])]
 OLD_CASE_IDS = [f"{p.API_NAMES[k]}-v{v}" for k, v in OLD_CASES]
 KINDS = ["request", "response"]
 
@@ -249,6 +272,49 @@ SAMPLES = {
              {"name": "placed", "error_code": 37, "error_message": "3 is not an increase"}]}),
 }
 
+# the classic consumer group protocol (issue 14)
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
+SAMPLES.update({
+    11: ({"group_id": "grp-ü", "session_timeout_ms": 45000, "rebalance_timeout_ms": 300000,
+          "member_id": "m-1", "group_instance_id": "inst-€", "protocol_type": "consumer",
+          "protocols": [{"name": "range", "metadata": SUBSCRIPTION},
+                        {"name": "cooperative-sticky", "metadata": b""}]},
+         {"throttle_time_ms": 3, "error_code": 79, "generation_id": 7, "protocol_name": "range",
+          "leader": "m-1", "member_id": "m-2",
+          "members": [{"member_id": "m-1", "group_instance_id": None, "metadata": SUBSCRIPTION},
+                      {"member_id": "m-2", "group_instance_id": "inst-€", "metadata": b""}]}),
+    12: ({"group_id": "grp-ü", "generation_id": 7, "member_id": "m-1", "group_instance_id": "i"},
+         {"throttle_time_ms": 4, "error_code": 27}),
+    13: ({"group_id": "grp-ü", "member_id": "m-1",
+          "members": [{"member_id": "m-1", "group_instance_id": None},
+                      {"member_id": "", "group_instance_id": "inst-€"}]},
+         {"throttle_time_ms": 5, "error_code": 0,
+          "members": [{"member_id": "m-1", "group_instance_id": None, "error_code": 25},
+                      {"member_id": "m-9", "group_instance_id": "inst-€", "error_code": 82}]}),
+    14: ({"group_id": "grp-ü", "generation_id": 7, "member_id": "m-1", "group_instance_id": None,
+          "assignments": [{"member_id": "m-1", "assignment": b"\x00\x00abc"},
+                          {"member_id": "m-2", "assignment": b""}]},
+         {"throttle_time_ms": 6, "error_code": 22, "assignment": b"\x00\x01\xff"}),
+    15: ({"groups": ["grp-ü", ""], "include_authorized_operations": True},
+         {"throttle_time_ms": 7, "groups": [
+             {"error_code": 0, "group_id": "grp-ü", "group_state": "Stable",
+              "protocol_type": "consumer", "protocol_data": "range",
+              "members": [{"member_id": "m-1", "group_instance_id": "inst-€", "client_id": "c-1",
+                           "client_host": "/127.0.0.1", "member_metadata": SUBSCRIPTION,
+                           "member_assignment": b"\x00"}],
+              "authorized_operations": -2147483648},
+             {"error_code": 16, "group_id": "", "group_state": "Dead", "protocol_type": "",
+              "protocol_data": "", "members": [], "authorized_operations": 0}]}),
+    42: ({"groups_names": ["grp-ü", "other"]},
+         {"throttle_time_ms": 8, "results": [{"group_id": "grp-ü", "error_code": 68},
+                                             {"group_id": "other", "error_code": 0}]}),
+    47: ({"group_id": "grp-ü", "topics": [{"name": "t", "partitions": [{"partition_index": 0},
+                                                                     {"partition_index": 3}]}]},
+         {"error_code": 0, "throttle_time_ms": 9, "topics": [
+             {"name": "t", "partitions": [{"partition_index": 0, "error_code": 86},
+                                          {"partition_index": 3, "error_code": 0}]}]}),
+})
+
 
 # ---- helpers over kafka-python's schema objects ----
 
@@ -256,7 +322,8 @@ SAMPLES = {
 # TopicAuthorizedOperations and ClusterAuthorizedOperations to `authorized_operations`, of its own
 # type "bitfield" (the int32 as a set of bit numbers; the "not requested" value, bit 31 alone, as
 # None). The helpers translate between that and Kafka's int32 fields.
-KP_BITFIELD_NAMES = ("topic_authorized_operations", "cluster_authorized_operations")
+KP_BITFIELD_NAMES = ("topic_authorized_operations", "cluster_authorized_operations",
+                     "authorized_operations")
 
 
 def to_bits(value):
@@ -390,7 +457,9 @@ def test_supported_versions_are_the_ones_the_broker_advertises():
                           "OffsetCommit": 8, "OffsetFetch": 9, "FindCoordinator": 10,
                           "ApiVersions": 18, "InitProducerId": 22, "OffsetsForLeaderEpoch": 23,
                           "ListGroups": 16, "CreateTopics": 19, "DescribeConfigs": 32,
-                          "CreatePartitions": 37}
+                          "CreatePartitions": 37, "JoinGroup": 11, "Heartbeat": 12,
+                          "LeaveGroup": 13, "SyncGroup": 14, "DescribeGroups": 15,
+                          "DeleteGroups": 42, "OffsetDelete": 47}
     assert p.API_NAMES == {key: name for name, key in p.API_KEYS.items()}
 
 
@@ -398,6 +467,9 @@ def test_supported_versions_are_the_ones_the_broker_advertises():
 def test_flexible_versions_match_kafka_python_and_lie_above_the_supported_range(api_key):
     for cls in KP[api_key]:
         assert cls.API_KEY == api_key
+        if cls._flexible_versions[0] < 0:    # OffsetDelete: no flexible version at all
+            assert p.FLEXIBLE_FROM[api_key] > p.SUPPORTED[api_key][1]
+            return
         assert cls._flexible_versions[0] == p.FLEXIBLE_FROM[api_key]
     assert p.SUPPORTED[api_key][1] == p.FLEXIBLE_FROM[api_key] - 1
 
@@ -966,8 +1038,8 @@ def test_request_header_v1():
     frame = p.encode_request(1, 11, -1, None, {})
     assert p.decode_request_header(frame) == p.RequestHeader(1, 11, -1, None, 10)
     # an unknown api key still has a readable header; decode_request then refuses it
-    header = p.decode_request_header(b"\x00\x2a\x00\x05\x00\x00\x00\x07\x00\x01x" + b"body")
-    assert (header.api_key, header.api_version, header.client_id, header.size) == (42, 5, "x", 11)
+    header = p.decode_request_header(b"\x00\x7b\x00\x05\x00\x00\x00\x07\x00\x01x" + b"body")
+    assert (header.api_key, header.api_version, header.client_id, header.size) == (123, 5, "x", 11)
 
 
 def test_truncated_request_headers_are_refused():

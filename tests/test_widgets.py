@@ -522,6 +522,54 @@ def test_zero_copy_measurement_runs_both_paths_here(small_log):
 
 
 # ------------------------------------------------------------------------------------------------
+# group view
+# ------------------------------------------------------------------------------------------------
+
+def test_group_view_follows_a_rebalance_step_by_step(tmp_path, clock):
+    from kstore.local_member import LocalGroupMember
+    from kstore.widgets import GroupModel
+    broker = Broker(str(tmp_path / "broker"), clock=clock)
+    try:
+        broker.create_topic("orders", 4)
+        model = GroupModel(broker, "billing")
+        assert (model.state, model.generation, model.members()) == ("Empty", 0, [])
+        gm = broker.group_coordinator.membership
+        a, b = (LocalGroupMember(gm, "billing", name, ["orders"], partitions_per_topic={"orders": 4})
+                for name in ("consumer-a", "consumer-b"))
+        a.join(), b.join()
+        assert model.state == "PreparingRebalance"
+        assert [m["waiting_in"] for m in model.members()] == ["JoinGroup", "JoinGroup"]
+        clock.advance(3000)
+        gm.tick()
+        assert (model.state, model.generation) == ("CompletingRebalance", 1)
+        for m in sorted((a, b), key=lambda m: not m.leader):
+            m.sync()
+        assert model.state == "Stable"
+        owners = model.owner_of()
+        assert sorted(owners) == [("orders", p) for p in range(4)] and set(owners.values()) == {
+            "consumer-a", "consumer-b"}
+        assert [m["session_left_ms"] for m in model.members()] == [10000, 10000]
+        html = model.render_html()
+        assert 'data-state="Stable"' in html and 'data-members="2"' in html and "orders-3" in html
+        # b stops heartbeating: after its session, a owns all four
+        clock.advance(6000)
+        assert a.heartbeat() == "NONE"
+        clock.advance(4001)
+        gm.tick()
+        assert model.state == "PreparingRebalance" and len(model.members()) == 1
+        assert a.heartbeat() == "REBALANCE_IN_PROGRESS"
+        a.join()
+        a.sync()
+        assert model.owner_of() == {("orders", p): "consumer-a" for p in range(4)}
+        assert model.history == [("Empty", 0), ("PreparingRebalance", 0), ("CompletingRebalance", 1),
+                                 ("Stable", 1), ("PreparingRebalance", 1), ("CompletingRebalance", 2),
+                                 ("Stable", 2)]
+        assert not broker.events.errors
+    finally:
+        broker.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------
 # offsets view
 # ------------------------------------------------------------------------------------------------
 

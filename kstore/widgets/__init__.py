@@ -13,6 +13,7 @@ and follow its `EventBus` — no polling.
     ReplicaView(cluster, "orders")    # replicas side by side, HW/LEO, produce/fetch/crash/elect
     ZeroCopyView(log)                 # read+send vs sendfile, measured here
     OffsetsView(broker)               # groups, committed offsets, lag, __consumer_offsets-N
+    GroupView(broker, "billing")      # a consumer group's state, generation, members, partitions
     QuizView()                        # interview flashcards
     bulk_produce(log, 1_000_000)      # long operations show a progress bar
 """
@@ -23,6 +24,7 @@ from .fields import KINDS, Field, file_kind
 from .hexview import HexModel, HexView
 from .index_view import IndexModel, IndexView
 from .lookup import LookupModel, LookupView, trace_offset, trace_timestamp
+from .group import GroupModel, GroupView
 from .offsets import OffsetsModel, OffsetsView
 from .progress import ProgressBar, ProgressModel, bulk_produce, track
 from .quiz import DEFAULT_CARDS, Card, QuizModel, QuizView
@@ -32,7 +34,8 @@ from .zerocopy import ZeroCopyModel, ZeroCopyView, measure_transfer
 __all__ = [
     "Card", "CompactionModel", "CompactionView", "DEFAULT_CARDS", "DirectoryModel",
     "DirectoryView", "Field", "HexModel", "HexView", "IndexModel", "IndexView", "KINDS",
-    "LookupModel", "LookupView", "OffsetsModel", "OffsetsView", "ProgressBar", "ProgressModel",
+    "GroupModel", "GroupView", "LookupModel", "LookupView", "OffsetsModel", "OffsetsView",
+    "ProgressBar", "ProgressModel",
     "QuizModel", "QuizView", "ReplicaModel", "ReplicaView", "ZeroCopyModel", "ZeroCopyView",
     "bulk_produce", "file_kind", "measure_transfer", "trace_offset", "trace_timestamp", "track",
 ]

@@ -182,3 +182,104 @@ def test_extra_decode_offset_commit_value_v1_with_expire_timestamp(learner, key_
     expect_equal(learner.decode_offset_commit(key, value), ("old-group", "events", 3, 99, -1, "m", T),
                  call=f"decode_offset_commit(<key v{key_version}>, <value v1 with an expire timestamp>)",
                  normalize=lambda r: tuple(r) if isinstance(r, (list, tuple)) else r)
+
+
+# ------------------------------------------------------------------ ex08.5 range assignor
+from kstore.assignors import range_assign as engine_range_assign  # noqa: E402
+
+
+def _normalize_assignment(result):
+    """{member: sorted [(topic, partition)]}, members with nothing left out (either is fine)."""
+    if not isinstance(result, dict):
+        return result
+    return {m: sorted((t, int(p)) for t, p in tps) for m, tps in result.items() if tps}
+
+
+def _ranges(members, partitions, *, extras_last=False):
+    """Contiguous ranges of `partitions` for `members` in the given order."""
+    out, n, m = {}, len(partitions), len(members)
+    per, extra = divmod(n, m)
+    for i, member in enumerate(members):
+        gets_extra = (i >= m - extra) if extras_last else (i < extra)
+        start = per * i + (max(0, i - (m - extra)) if extras_last else min(i, extra))
+        out.setdefault(member, []).extend(partitions[start:start + per + (1 if gets_extra else 0)])
+    return out
+
+
+def range_mistakes(subscriptions, counts):
+    def per_topic(order, **kw):
+        out = {}
+        for topic in sorted({t for ts in subscriptions.values() for t in ts}):
+            members = order([m for m in subscriptions if topic in subscriptions[m]])
+            for member, tps in _ranges(members, [(topic, p) for p in range(counts.get(topic, 0))],
+                                       **kw).items():
+                out.setdefault(member, []).extend(tps)
+        return _normalize_assignment(out)
+
+    def floor_only():
+        out = {}
+        for topic in sorted({t for ts in subscriptions.values() for t in ts}):
+            members = sorted(m for m in subscriptions if topic in subscriptions[m])
+            per = counts.get(topic, 0) // len(members)
+            for i, member in enumerate(members):
+                out.setdefault(member, []).extend((topic, p) for p in range(per * i, per * (i + 1)))
+        return _normalize_assignment(out)
+
+    def one_list():
+        everything = [(t, p) for t in sorted({t for ts in subscriptions.values() for t in ts})
+                      for p in range(counts.get(t, 0))]
+        return _normalize_assignment(_ranges(sorted(subscriptions), everything))
+
+    def ignoring_subscriptions():
+        out = {}
+        for topic in sorted({t for ts in subscriptions.values() for t in ts}):
+            for member, tps in _ranges(sorted(subscriptions),
+                                       [(topic, p) for p in range(counts.get(topic, 0))]).items():
+                out.setdefault(member, []).extend(tps)
+        return _normalize_assignment(out)
+
+    return [("members not sorted: Kafka sorts each topic's members by member id (sorted(...)) so "
+             "every leader computes the same assignment", per_topic(list)),
+            ("the extra partitions went to the last members; the first n % m members (in sorted "
+             "order) get one more", per_topic(sorted, extras_last=True)),
+            ("partitions of all topics divided as one list; range assigns each topic on its own",
+             one_list()),
+            ("the remainder was dropped: n % m partitions got no owner", floor_only()),
+            ("a topic was given to members that do not subscribe to it", ignoring_subscriptions())]
+
+
+RANGE_VECTORS = [
+    ("7 partitions, 3 members", {"c-b": ["t"], "c-a": ["t"], "c-c": ["t"]}, {"t": 7}),
+    ("two topics of 3, two members", {"m2": ["a", "b"], "m1": ["a", "b"]}, {"a": 3, "b": 3}),
+    ("more members than partitions", {"z": ["t"], "y": ["t"], "x": ["t"]}, {"t": 2}),
+    ("different subscriptions", {"c1": ["a"], "c2": ["a", "b"], "c3": ["b"]}, {"a": 4, "b": 5}),
+    ("one member", {"only": ["t", "u"]}, {"t": 4, "u": 1}),
+    ("member ids sort as strings", {"consumer-10": ["t"], "consumer-2": ["t"], "consumer-1": ["t"]},
+     {"t": 4}),
+]
+
+
+@task("ex08.5", points=6)
+@pytest.mark.parametrize("case", RANGE_VECTORS, ids=[c[0] for c in RANGE_VECTORS])
+def test_range_assign_vectors(learner, case):
+    _, subscriptions, counts = case
+    expect_equal(learner.range_assign({m: list(ts) for m, ts in subscriptions.items()}, dict(counts)),
+                 _normalize_assignment(engine_range_assign(subscriptions, counts)),
+                 call=f"range_assign({subscriptions!r}, {counts!r})",
+                 normalize=_normalize_assignment, mistakes=range_mistakes(subscriptions, counts))
+
+
+MEMBER_IDS = st.text(alphabet="abcz-019", min_size=1, max_size=6)
+
+
+@task("ex08.5", points=4)
+@PROPERTY
+@given(st.dictionaries(MEMBER_IDS, st.sets(st.sampled_from(["t0", "t1", "t2"]), min_size=1), min_size=1,
+                       max_size=6),
+       st.fixed_dictionaries({"t0": st.integers(0, 12), "t1": st.integers(0, 12), "t2": st.integers(0, 12)}))
+def test_range_assign_matches_kafka_on_random_groups(learner, subscriptions, counts):
+    subscriptions = {m: sorted(ts) for m, ts in subscriptions.items()}
+    expect_equal(learner.range_assign({m: list(ts) for m, ts in subscriptions.items()}, dict(counts)),
+                 _normalize_assignment(engine_range_assign(subscriptions, counts)),
+                 call=f"range_assign({subscriptions!r}, {counts!r})",
+                 normalize=_normalize_assignment, mistakes=range_mistakes(subscriptions, counts))

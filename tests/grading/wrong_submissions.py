@@ -124,6 +124,42 @@ def java_string_hashcode(s):
 def partition_for(group_id, num_partitions=50):
     return abs(java_string_hashcode(group_id)) % num_partitions
 ''', "Utils.abs maps Integer.MIN_VALUE to 0"),
+    "range-members-unsorted": ("ex08.5", '''
+def range_assign(subscriptions, partitions_per_topic):
+    assignment = {member: [] for member in subscriptions}
+    for topic in sorted({t for topics in subscriptions.values() for t in topics}):
+        members = [m for m, topics in subscriptions.items() if topic in topics]   # join order
+        per_member, extra = divmod(partitions_per_topic.get(topic, 0), len(members))
+        for i, member in enumerate(members):
+            start = per_member * i + min(i, extra)
+            assignment[member].extend((topic, p) for p in range(start, start + per_member + (i < extra)))
+    return assignment
+''', "members not sorted"),
+    "range-extras-to-the-last": ("ex08.5", '''
+def range_assign(subscriptions, partitions_per_topic):
+    assignment = {member: [] for member in subscriptions}
+    for topic in sorted({t for topics in subscriptions.values() for t in topics}):
+        members = sorted(m for m, topics in subscriptions.items() if topic in topics)
+        n, m = partitions_per_topic.get(topic, 0), len(members)
+        per_member, extra = divmod(n, m)
+        for i, member in enumerate(members):
+            gets_extra = i >= m - extra                  # the last ones
+            start = per_member * i + max(0, i - (m - extra))
+            assignment[member].extend((topic, p) for p in range(start, start + per_member + gets_extra))
+    return assignment
+''', "extra partitions went to the last members"),
+    "range-one-list-for-all-topics": ("ex08.5", '''
+def range_assign(subscriptions, partitions_per_topic):
+    members = sorted(subscriptions)
+    everything = [(t, p) for t in sorted({t for ts in subscriptions.values() for t in ts})
+                  for p in range(partitions_per_topic.get(t, 0))]
+    per_member, extra = divmod(len(everything), len(members))
+    assignment = {}
+    for i, member in enumerate(members):
+        start = per_member * i + min(i, extra)
+        assignment[member] = everything[start:start + per_member + (i < extra)]
+    return assignment
+''', "divided as one list"),
     "hw-from-all-replicas": ("ex09.1", '''
 def leader_high_watermark(leos, isr, min_insync_replicas):
     if len(isr) < min(min_insync_replicas, len(leos)):

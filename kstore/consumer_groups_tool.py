@@ -1,0 +1,196 @@
+"""`kstore consumer-groups`: Kafka's `kafka-consumer-groups.sh` (ConsumerGroupCommand).
+
+    --list
+    --describe --group G [--members [--verbose] | --state | --offsets (default)]
+    --reset-offsets --group G (--topic T[:P,P] | --all-topics)
+        (--to-earliest | --to-latest | --to-offset N | --to-datetime T) [--dry-run | --execute]
+    --delete --group G
+
+Works on a log directory (offline) and against a running broker (DescribeGroups, OffsetCommit,
+DeleteGroups), with the same output. As in Kafka, offsets are reset only for a group without
+active members ("Error: Assignments can only be reset if the group ... is inactive"), and without
+--execute a reset is only shown (a dry run). The coordinator refuses commits to a group with
+members anyway; the check here only makes the message clear.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import TextIO
+
+from .errors import KStoreError
+
+ACTIVE_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable")
+
+
+def _table(out: TextIO, header: tuple, rows: list[tuple]) -> None:
+    """Columns as wide as their widest cell, as Kafka's tool prints them."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    out.write("\n" + " ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
+    for r in rows:
+        out.write(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def consumer_groups(broker, args, out: TextIO, err: TextIO = sys.stderr) -> int:
+    coordinator = broker.group_coordinator
+    if args.list:
+        for g in coordinator.groups():
+            out.write(g + "\n")
+        return 0
+    if not args.group:
+        raise KStoreError("give --list, or --group GROUP with --describe, --reset-offsets or --delete")
+    if args.delete:
+        return _delete(coordinator, args.group, out, err)
+    if args.reset_offsets:
+        return _reset_offsets(broker, coordinator, args, out, err)
+    if not args.describe:
+        raise KStoreError("give one of --describe, --reset-offsets, --delete")
+    description = coordinator.describe_group(args.group)
+    if description.state == "Dead":
+        err.write(f"Error: Consumer group '{args.group}' does not exist.\n")
+        return 1
+    if args.state:
+        return _describe_state(broker, description, out)
+    if args.members:
+        return _describe_members(description, args.verbose, out, err)
+    return _describe_offsets(broker, coordinator, description, out, err)
+
+
+def _warn_state(description, err: TextIO) -> None:
+    if description.state == "Empty":
+        err.write(f"\nConsumer group '{description.group_id}' has no active members.\n")
+    elif description.state in ("PreparingRebalance", "CompletingRebalance"):
+        err.write(f"\nWarning: Consumer group '{description.group_id}' is rebalancing.\n")
+
+
+def _describe_offsets(broker, coordinator, description, out: TextIO, err: TextIO) -> int:
+    offsets = coordinator.fetch_offsets(description.group_id)
+    owner = {tp: m for m in description.members for tp in m.assignment}
+    _warn_state(description, err)
+    rows = []
+    for topic, partition in sorted(set(offsets) | set(owner)):
+        om, member = offsets.get((topic, partition)), owner.get((topic, partition))
+        end = broker.list_offsets(topic, partition, -1).offset   # latest = the high watermark
+        current = "-" if om is None else str(om.offset)
+        lag = "-" if om is None else str(max(end - om.offset, 0))
+        who = ("-", "-", "-") if member is None else (member.member_id, member.host, member.client_id)
+        rows.append((description.group_id, topic, str(partition), current, str(end), lag, *who))
+    _table(out, ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                 "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
+    return 0
+
+
+def _describe_members(description, verbose: bool, out: TextIO, err: TextIO) -> int:
+    _warn_state(description, err)
+    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    rows = []
+    for m in description.members:
+        row = (description.group_id, m.member_id, m.host, m.client_id, str(len(m.assignment)))
+        if verbose:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(m.assignment):
+                by_topic.setdefault(t, []).append(p)
+            row += (",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-",)
+        rows.append(row)
+    _table(out, header + (("ASSIGNMENT",) if verbose else ()), rows)
+    return 0
+
+
+def _describe_state(broker, description, out: TextIO) -> int:
+    host, port = _coordinator_address(broker, description.coordinator)
+    _table(out, ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+           [(description.group_id, f"{host}:{port} ({description.coordinator})",
+             description.protocol, description.state, str(len(description.members)))])
+    return 0
+
+
+def _coordinator_address(broker, node: int) -> tuple[str, int]:
+    known = getattr(broker, "_brokers", None)
+    if known and node in known:
+        return known[node]
+    return getattr(broker, "host", "127.0.0.1"), getattr(broker, "port", 9092)
+
+
+def _delete(coordinator, group: str, out: TextIO, err: TextIO) -> int:
+    try:
+        coordinator.delete_group(group)
+    except KStoreError as e:
+        reason = ("The group is not empty." if getattr(e, "error_code", None) == 68
+                  else "The group id does not exist." if getattr(e, "error_code", None) == 69
+                  else str(e))
+        err.write(f"Error: Deletion of some consumer groups failed:\n"
+                  f"* Group '{group}' could not be deleted due to: {reason}\n")
+        return 1
+    out.write(f"Deletion of requested consumer groups ('{group}') was successful.\n")
+    return 0
+
+
+# ---- --reset-offsets
+def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
+    targets = [x for x in ("to_earliest", "to_latest", "to_offset", "to_datetime")
+               if getattr(args, x) not in (None, False)]
+    if len(targets) != 1:
+        raise KStoreError("--reset-offsets needs exactly one of --to-earliest, --to-latest, "
+                          "--to-offset, --to-datetime")
+    state = coordinator.describe_group(args.group).state
+    if state in ACTIVE_STATES:
+        err.write(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, "
+                  f"but the current state is {state}.\n")
+        return 1
+    partitions = _partitions_to_reset(broker, coordinator, args)
+    new = {tp: _new_offset(broker, tp, args) for tp in partitions}
+    if args.execute:
+        coordinator.commit_offsets(args.group, new)
+    elif not args.dry_run:
+        err.write("WARN: No action will be performed as the --execute option is missing. "
+                  "In a future major release, the default behavior of this command will be to "
+                  "prompt the user before executing the reset rather than doing a dry run. You "
+                  "should add the --dry-run option explicitly if you are scripting this command "
+                  "and want to keep the current default behavior without prompting.\n")
+    _table(out, ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+           [(args.group, t, str(p), str(o)) for (t, p), o in sorted(new.items())])
+    return 0
+
+
+def _partitions_to_reset(broker, coordinator, args) -> list[tuple[str, int]]:
+    if args.all_topics:
+        return sorted(coordinator.fetch_offsets(args.group))
+    if not args.topic:
+        raise KStoreError("--reset-offsets needs --topic TOPIC[:P,P] or --all-topics")
+    found = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        count = broker.partition_count(topic)
+        chosen = [int(p) for p in parts.split(",")] if parts else list(range(count))
+        bad = [p for p in chosen if not 0 <= p < count]
+        if bad:
+            raise KStoreError(f"topic '{topic}' has no partition {bad[0]} (it has {count})")
+        found += [(topic, p) for p in chosen]
+    return found
+
+
+def _new_offset(broker, tp: tuple[str, int], args) -> int:
+    earliest = broker.list_offsets(*tp, -2).offset
+    latest = broker.list_offsets(*tp, -1).offset
+    if args.to_earliest:
+        return earliest
+    if args.to_latest:
+        return latest
+    if args.to_offset is not None:   # Kafka clamps an offset outside the log to its ends
+        return min(max(args.to_offset, earliest), latest)
+    found = broker.list_offsets(*tp, parse_datetime(args.to_datetime)).offset
+    return latest if found is None or found < 0 else found
+
+
+def parse_datetime(text: str) -> int:
+    """Kafka's --to-datetime format, YYYY-MM-DDTHH:mm:SS.sss with an optional zone
+    (Z or ±hh:mm); without one, the local time zone, as Kafka's tool assumes."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise KStoreError(f"--to-datetime {text!r} is not YYYY-MM-DDTHH:mm:SS.sss") from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return int(when.timestamp() * 1000)

@@ -598,16 +598,18 @@ class Log:
 
     def records(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END) -> list[Record]:
         """Every record from `start_offset` (default: log start) to the bound, across fetches."""
-        out: list[Record] = []
+        offset = self._log_start_offset if start_offset is None else start_offset
+        return [r for b in self.batches(offset, isolation) if not b.is_control
+                for r in b.records() if r.offset >= offset]
+
+    def batches(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END):
+        """Every batch (control batches included) from the one holding `start_offset` to the bound."""
         offset = self._log_start_offset if start_offset is None else start_offset
         while True:
-            fetch = self.read(offset, 1024 * 1024, isolation)
-            batches = fetch.batches()
+            batches = self.read(offset, 1024 * 1024, isolation).batches()
             if not batches:
-                return out
-            for b in batches:
-                if not b.is_control:
-                    out.extend(r for r in b.records() if r.offset >= offset)
+                return
+            yield from batches
             offset = batches[-1].next_offset
 
     # ------------------------------------------------------------------ timestamps

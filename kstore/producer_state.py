@@ -170,8 +170,8 @@ class ProducerStateManager:
         pending: dict[int, ProducerEntry | None] = {}
         for batch in batches:
             pid = batch.producer_id
-            if pid == NO_PRODUCER_ID or batch.is_control:   # markers come from coordinators
-                continue
+            if pid == NO_PRODUCER_ID or batch.is_control or batch.base_sequence == NO_SEQUENCE:
+                continue   # markers and transactional offset commits come from coordinators
             entry = pending[pid] if pid in pending else self._producers.get(pid)
             outcome, cached = decide(entry, batch.producer_epoch, batch.base_sequence,
                                      batch.last_sequence)

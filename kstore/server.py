@@ -38,10 +38,10 @@ from .group_apis import GroupApis, client_host
 from .group_coordinator import OffsetAndMetadata, java_length
 from .log import Isolation
 from .topic import validate_topic_name
+from .transaction_apis import TransactionApis
 
 API = P.API_KEYS
 E = P.ERRORS
-TRANSACTIONS_UNSUPPORTED = E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]   # see _init_producer_id
 
 
 @dataclass
@@ -54,7 +54,7 @@ class ServerStats:
     bytes_sent_copy: int = 0
 
 
-class KafkaServer(AdminApis, GroupApis):
+class KafkaServer(AdminApis, GroupApis, TransactionApis):
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int = 104857600,
                  idle_timeout_s: float = 600.0, advertised_host: str | None = None):
@@ -137,6 +137,9 @@ class KafkaServer(AdminApis, GroupApis):
                 self.broker.replica_manager.check_purgatory()
                 if self.broker._coordinator is not None:   # session and rebalance timers
                     self.broker._coordinator.membership.tick()
+                if self.broker._txn_coordinator is not None:   # transaction timeouts
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self.broker._txn_coordinator.tick)
             except Exception:
                 pass
             await asyncio.sleep(0.05)
@@ -266,7 +269,7 @@ class KafkaServer(AdminApis, GroupApis):
                 API["CreateTopics"]: self._create_topics,
                 API["CreatePartitions"]: self._create_partitions,
                 API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
-                **self._group_handlers()}
+                **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs
     async def _api_versions(self, version, body, header) -> dict:
@@ -397,7 +400,8 @@ class KafkaServer(AdminApis, GroupApis):
         return any(p["error_code"] for t in responses for p in t["partitions"])
 
     def _read_fetch(self, body) -> tuple[list, int]:
-        isolation = Isolation.HIGH_WATERMARK
+        read_committed = body.get("isolation_level", 0) == 1
+        isolation = Isolation.TXN_COMMITTED if read_committed else Isolation.HIGH_WATERMARK
         remaining = body.get("max_bytes", 52428800)
         replica_id = body.get("replica_id", -1)
         total, first_with_data = 0, True
@@ -416,8 +420,14 @@ class KafkaServer(AdminApis, GroupApis):
                     log = self.broker.leader_log(topic["topic"], fp["partition"])
                     limit = min(fp["partition_max_bytes"], remaining)
                     data = log.read(fp["fetch_offset"], limit, isolation, min_one_message=first_with_data)
-                    entry["high_watermark"] = entry["last_stable_offset"] = log.high_watermark
+                    entry["high_watermark"] = log.high_watermark
+                    entry["last_stable_offset"] = log.last_stable_offset
                     entry["log_start_offset"] = log.log_start_offset
+                    if read_committed:   # the client drops these producers' aborted records
+                        entry["aborted_transactions"] = [
+                            {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                            for t in log.collect_aborted_transactions(
+                                fp["fetch_offset"], entry["last_stable_offset"])]
                     if data.records is not None and data.records.size > 0:
                         entry["records"] = data.records
                         total += data.records.size
@@ -456,7 +466,8 @@ class KafkaServer(AdminApis, GroupApis):
                                            else log.log_start_offset)
                         parts.append(entry)
                         continue
-                    found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"])
+                    found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"],
+                                                     read_committed=body.get("isolation_level") == 1)
                     entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                     entry["leader_epoch"] = -1 if found.leader_epoch is None else found.leader_epoch
                 except (KStoreError, ValueError) as e:   # ValueError: an unknown negative
@@ -466,8 +477,12 @@ class KafkaServer(AdminApis, GroupApis):
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def _find_coordinator(self, version, body, header) -> dict:
-        """The leader of the group's `__consumer_offsets` partition coordinates the group."""
-        coordinator = self.broker.group_coordinator   # creates __consumer_offsets on first use
+        """The leader of the group's `__consumer_offsets` partition coordinates the group; key
+        type 1: the leader of the transactional id's `__transaction_state` partition."""
+        if body.get("key_type", 0) == 1:
+            coordinator = self.broker.transaction_coordinator   # creates __transaction_state
+        else:
+            coordinator = self.broker.group_coordinator   # creates __consumer_offsets on first use
         node_id = coordinator.coordinator_for(body.get("key", ""))
         brokers = {b["node_id"]: b for b in self._broker_list()}
         if node_id not in brokers:
@@ -551,11 +566,7 @@ class KafkaServer(AdminApis, GroupApis):
 
     async def _init_producer_id(self, version, body, header) -> dict:
         if body.get("transactional_id") is not None:
-            # kstore has no transaction coordinator yet. Both librdkafka and kafka-python raise
-            # this code at once from init_transactions(); UNSUPPORTED_VERSION or INVALID_REQUEST
-            # would have librdkafka retry until its timeout.
-            return {"throttle_time_ms": 0, "error_code": TRANSACTIONS_UNSUPPORTED,
-                    "producer_id": -1, "producer_epoch": -1}
+            return await self._init_transactional_producer_id(version, body)
         return {"throttle_time_ms": 0, "error_code": 0,
                 "producer_id": self.broker.allocate_producer_id(), "producer_epoch": 0}
 

@@ -630,10 +630,10 @@ _OFFSET_DELETE_RESPONSE = (
 # ---- transactions (AddPartitionsToTxn.json, AddOffsetsToTxn.json, EndTxn.json, ...)
 
 _ADD_PARTITIONS_TO_TXN_REQUEST = (
-    F("transactional_id", "string", "0-3"),
-    F("producer_id", "int64", "0-3"),
-    F("producer_epoch", "int16", "0-3"),
-    F("topics", "[]AddPartitionsToTxnTopic", "0-3",
+    F("v3_and_below_transactional_id", "string", "0-3"),
+    F("v3_and_below_producer_id", "int64", "0-3"),
+    F("v3_and_below_producer_epoch", "int16", "0-3"),
+    F("v3_and_below_topics", "[]AddPartitionsToTxnTopic", "0-3",
       F("name", "string", "0+"),
       F("partitions", "[]int32", "0+")),
 )

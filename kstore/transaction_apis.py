@@ -48,12 +48,14 @@ class TransactionApis:
                 "producer_id": pid, "producer_epoch": epoch}
 
     async def _add_partitions_to_txn(self, version, body, header) -> dict:
-        wanted = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
+        topics = body["v3_and_below_topics"]
+        wanted = [(t["name"], p) for t in topics for p in t["partitions"]]
         errors = await self._off_loop(self.broker.transaction_coordinator.add_partitions,
-                                      body["transactional_id"], body["producer_id"],
-                                      body["producer_epoch"], wanted)
+                                      body["v3_and_below_transactional_id"],
+                                      body["v3_and_below_producer_id"],
+                                      body["v3_and_below_producer_epoch"], wanted)
         results = []
-        for t in body["topics"]:
+        for t in topics:
             results.append({"name": t["name"], "results_by_partition": [
                 {"partition_index": p,
                  "partition_error_code": _code(errors[(t["name"], p)], "AddPartitionsToTxn", version)}

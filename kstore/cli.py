@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "engine you build and inspect in JupyterLab")
     parser.add_argument("--version", action="version", version=f"kstore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.snapshot and checkpoint "
+    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.txnindex/.snapshot and checkpoint "
                           "files like kafka-dump-log.sh")
     dump.add_argument("paths", nargs="*", metavar="FILE")
     dump.add_argument("--files", action="append", help="comma-separated files (Kafka's spelling)")

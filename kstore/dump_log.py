@@ -1,7 +1,8 @@
 """`kstore dump-log`: print segment, index, snapshot and checkpoint files like Kafka's
 `kafka-dump-log.sh` (DumpLogSegments), so the output can be compared line by line.
 
-Lines printed for a `.log` follow Kafka's format exactly, e.g.
+Lines printed for a `.log` (transaction markers as `endTxnMarker: COMMIT coordinatorEpoch: 0`) and a
+`.txnindex` follow Kafka's format exactly, e.g.
     baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 ...
     | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: -1 headerKeys: []
 kstore additions: checkpoint files (`*-checkpoint`, `partition.metadata`, `.kafka_cleanshutdown`)
@@ -23,6 +24,7 @@ from .index import OffsetIndex, TimeIndex
 from .producer_snapshot import read_snapshot
 from .records import ControlRecordType, RecordBatch
 from .segment import offset_from_file_name
+from .transaction_index import read_entries
 
 RECORD_INDENT = "|"
 
@@ -174,6 +176,13 @@ def dump_snapshot(path: str, out: TextIO) -> None:
                       f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}\n")
 
 
+def dump_txn_index(path: str, out: TextIO) -> None:
+    """One line per aborted transaction, as DumpLogSegments.dumpTxnIndex prints them."""
+    for t in read_entries(path):
+        out.write(f"version: {t.version} producerId: {t.producer_id} firstOffset: {t.first_offset} "
+                  f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}\n")
+
+
 def dump_checkpoint(path: str, out: TextIO) -> None:
     name = os.path.basename(path)
     with open(path, encoding="utf-8") as f:
@@ -207,6 +216,8 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
             dump_time_index(path, out, index_sanity_check)
         elif name.endswith(".snapshot"):
             dump_snapshot(path, out)
+        elif name.endswith(".txnindex"):
+            dump_txn_index(path, out)
         elif name.endswith("checkpoint"):
             dump_checkpoint(path, out)
         elif name in ("partition.metadata", "meta.properties", "quorum-state"):

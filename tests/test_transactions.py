@@ -417,3 +417,20 @@ def test_consume_transform_produce_is_exactly_once_across_a_producer_crash(serve
     assert len(_kp_values(bootstrap, "out", "read_uncommitted")) == 37     # 7 aborted copies
     committed = broker.group_coordinator.fetch_offsets("eos")
     assert committed[("in", 0)].offset == 30
+
+
+def test_dump_log_prints_markers_and_the_txnindex_like_kafkas_tool(tmp_path):
+    import subprocess
+    import sys
+    d = str(tmp_path / "t-0")
+    log = Log.open(d)
+    log.append_as_leader(txn_batch(9, [b"gone"]))
+    log.append_as_leader(marker(9, commit=False))
+    log.close()
+    out = subprocess.run([sys.executable, "-m", "kstore", "dump-log", "--deep-iteration",
+                          "--files", f"{d}/00000000000000000000.log,{d}/00000000000000000000.txnindex"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "isTransactional: true isControl: true" in out
+    assert "endTxnMarker: ABORT coordinatorEpoch: 0" in out
+    assert ("version: 0 producerId: 9 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"
+            in out.splitlines())

@@ -14,9 +14,13 @@ cleaned). One cleaning round:
 3. swaps the new segment in crash-safely (`.cleaned` → `.swap` → live) and checkpoints the new
    first dirty offset.
 
-kstore differs from Kafka: no transactions (aborted data is not recognised; markers are kept like
-records of a producer), and cleaning runs in the caller's thread (or on the
-log manager's scheduler) rather than in dedicated cleaner threads.
+Transactions: cleaning stops at the last stable offset; the records of aborted transactions (the
+`.txnindex` ranges) are left out of the offset map and dropped from the cleaned segment, and an
+ABORT marker that is kept carries its `.txnindex` entry into the cleaned segment.
+
+kstore differs from Kafka: transaction markers are kept for ever (Kafka removes a marker once its
+transaction's data is gone and delete.retention.ms has passed), and cleaning runs in the caller's
+thread (or on the log manager's scheduler) rather than in dedicated cleaner threads.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from .errors import KStoreError
 from .index import INT32_MAX
 from .log import Log
 from .offset_map import SkimpyOffsetMap
-from .records import NO_PRODUCER_ID, Record, RecordBatch, build_batch, build_empty_batch
+from .records import (NO_PRODUCER_ID, ControlRecordType, Record, RecordBatch, build_batch,
+                      build_empty_batch)
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
@@ -45,6 +50,21 @@ class CleaningAbortedError(KStoreError):
 # ------------------------------------------------------------------------------------------------
 # Pure rules
 # ------------------------------------------------------------------------------------------------
+
+def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
+    """Producer id -> (first offset, marker offset) of each transaction aborted in [start, end)."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for t in log.collect_aborted_transactions(start, end):
+        ranges.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
+    return ranges
+
+
+def in_aborted(batch: RecordBatch, ranges: dict[int, list[tuple[int, int]]]) -> bool:
+    """A transactional data batch inside one of its producer's aborted ranges?"""
+    if not batch.is_transactional or batch.is_control:
+        return False
+    return any(first <= batch.base_offset < last for first, last in ranges.get(batch.producer_id, ()))
+
 
 def should_retain_record(record: Record, batch_delete_horizon: int | None, latest_offset_for_key: int,
                          map_latest_offset: int, now: int) -> bool:
@@ -124,7 +144,7 @@ def cleanable_offsets(log: Log, checkpointed_dirty_offset: int | None, now: int)
     first_dirty = checkpointed_dirty_offset
     if first_dirty is None or first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
         first_dirty = log.log_start_offset
-    candidates = [log.high_watermark, log.active_segment.base_offset]
+    candidates = [log.last_stable_offset, log.active_segment.base_offset]
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in log.segments[:-1]:   # from the segment holding first_dirty (its floor)
@@ -187,6 +207,8 @@ class CleanerStats:
 class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
+    _aborted: dict = {}
+
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
         if offset_map.slots * offset_map.load_factor <= 1:   # Kafka's require() in Cleaner
             raise ValueError(f"offset map is too small to fit in even a single message "
@@ -198,6 +220,7 @@ class Cleaner:
     def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats) -> None:
         m = self.offset_map
         m.clear()
+        self._aborted = aborted_ranges(log, start, end)
         dirty = [s for s in log.segments if _segment_end(log, s) > start and s.base_offset < end]
         for i, segment in enumerate(dirty):
             next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
@@ -210,7 +233,9 @@ class Cleaner:
         m = self.offset_map
         position = segment.offset_index.lookup(start).position
         for batch in segment.log.batches(position):
-            if not batch.is_control:
+            if batch.base_offset >= next_segment_start:
+                break   # the uncleanable part (e.g. above the LSO) stays out of the map
+            if not batch.is_control and not in_aborted(batch, self._aborted):
                 for record in batch.records():
                     if record.key is not None and record.offset >= start:
                         if m.size < m.max_desired_size:
@@ -239,6 +264,7 @@ class Cleaner:
             # log; answering latest_offset + 1 = 0 would move the checkpoint back to the start.
             return to_clean.first_dirty_offset, stats
         segments = [s for s in log.segments if s.base_offset < end_offset]
+        self._aborted = aborted_ranges(log, segments[0].base_offset if segments else 0, end_offset)
         groups = group_segments_by_size(segments, log.config.segment_bytes,
                                         log.config.segment_index_bytes, upper_bound)
         last_records = log.producer_state.active_producers()
@@ -300,6 +326,11 @@ class Cleaner:
             if out is None:
                 continue
             kept = RecordBatch(out)
+            if kept.is_control and kept.records() and \
+                    kept.control_record_type() == ControlRecordType.ABORT:
+                for entry in source.txn_index.entries:   # the kept marker keeps its entry
+                    if (entry.producer_id, entry.last_offset) == (kept.producer_id, kept.base_offset):
+                        dest.txn_index.append(entry)
             if chunk_size + len(out) > READ_CHUNK_BYTES:
                 flush_chunk()
             chunk.append(out)
@@ -320,6 +351,8 @@ class Cleaner:
             # A marker goes once its producer has moved on and its horizon has passed.
             discard = horizon is not None and horizon <= now
             retained = [] if discard else records
+        elif in_aborted(batch, self._aborted):
+            retained = []                        # an aborted transaction's records go
         else:
             retained = []
             for r in records:

@@ -396,8 +396,6 @@ class Log:
             for segment in self.segments:
                 if first is not None and segment.base_offset < first.base_offset:
                     continue
-                if segment.base_offset >= upper_bound_offset and found:
-                    break
                 entries, complete = segment.txn_index.collect_aborted(start_offset,
                                                                       upper_bound_offset)
                 found.extend(entries)

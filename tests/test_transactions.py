@@ -434,3 +434,36 @@ def test_dump_log_prints_markers_and_the_txnindex_like_kafkas_tool(tmp_path):
     assert "endTxnMarker: ABORT coordinatorEpoch: 0" in out
     assert ("version: 0 producerId: 9 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"
             in out.splitlines())
+
+
+def test_the_cleaner_drops_aborted_records_keeps_committed_and_the_abort_entry(tmp_path):
+    """Compaction of a transactional log: an aborted transaction's records (even the newest for
+    their key) are removed and do not shadow the committed value; cleaning stops at the LSO; the
+    kept ABORT marker carries its .txnindex entry into the cleaned segment."""
+    from kstore.cleaner import Cleaner
+    from kstore.offset_map import SkimpyOffsetMap
+    d = str(tmp_path / "c-0")
+    log = Log.open(d, {"cleanup.policy": "compact", "segment.bytes": 100_000})
+    log.append([Record(b"k1", b"old", T0), Record(b"k2", b"keep", T0)])       # 0-1
+    log.append_as_leader(build_batch([Record(b"k1", b"committed", T0)], producer_id=1,
+                                     producer_epoch=0, base_sequence=0, transactional=True))  # 2
+    log.append_as_leader(marker(1, commit=True))                                # 3
+    log.append_as_leader(build_batch([Record(b"k1", b"aborted", T0), Record(b"k2", b"aborted", T0)],
+                                     producer_id=2, producer_epoch=0, base_sequence=0,
+                                     transactional=True))                        # 4-5
+    log.append_as_leader(marker(2, commit=False))                               # 6
+    log.append_as_leader(build_batch([Record(b"k2", b"open", T0)], producer_id=3,
+                                     producer_epoch=0, base_sequence=0, transactional=True))  # 7
+    log.roll()
+    log.append([Record(b"k9", b"active", T0)])
+    assert log.last_stable_offset == 7
+    cleaner = Cleaner(SkimpyOffsetMap(1 << 20), log.clock)
+    from kstore.cleaner import LogToClean, cleanable_offsets
+    first_dirty, uncleanable = cleanable_offsets(log, None, T0)
+    assert uncleanable == 7                                 # stops at the open transaction
+    cleaner.clean(LogToClean(log, first_dirty, uncleanable, 0, 0), now=T0)
+    values = {(r.key, r.value) for r in log.records()}
+    assert values == {(b"k2", b"keep"), (b"k1", b"committed"), (b"k2", b"open"), (b"k9", b"active")}
+    assert committed_view(log) == [b"keep", b"committed"]
+    assert read_entries(os.path.join(d, "00000000000000000000.txnindex")) == [AbortedTxn(2, 4, 6, 7)]
+    log.close()

@@ -18,7 +18,7 @@ CompleteAbort → (next AddPartitions) Ongoing ...
 * A transaction open longer than its `transaction.timeout.ms` is aborted by the coordinator
   (`abort_timed_out`, on the broker's timer), again bumping the epoch so the late producer is fenced.
 * Markers to partitions this broker leads are appended locally; to partitions another broker leads
-  they go as a WriteTxnMarkers request (Kafka's TransactionMarkerChannelManager). A transaction whose
+  they go as a WriteTxnMarkers v0 request (Kafka's TransactionMarkerChannelManager). A transaction whose
   markers could not all be written stays in Prepare* and is retried on the timer.
 
 kstore differs from Kafka: the coordinator handles one request at a time (one lock), markers are
@@ -74,7 +74,6 @@ class TransactionCoordinator:
         self._lock = threading.RLock()
         self._txns: dict[str, TransactionMetadata] = {}
         self._loaded_epochs: dict[int, int] = {}
-        self.remote_markers = None        # set by a cluster node: sends WriteTxnMarkers
         self._last_abort_check = self.clock.milliseconds()
         if broker.metadata.topic(TRANSACTION_STATE_TOPIC) is None:
             brokers = len(broker.metadata.children("/brokers/ids"))
@@ -265,15 +264,50 @@ class TransactionCoordinator:
         for topic, p in partitions:
             state = self.broker.metadata.partition_state(topic, p)
             leader = state["leader"] if state else -1
-            if leader != self.broker.broker_id and leader >= 0 and self.remote_markers is not None:
+            if leader != self.broker.broker_id and leader >= 0:
                 remote.setdefault(leader, []).append((topic, p))
                 continue
             if write_marker_locally(self.broker, topic, p, pid, epoch, commit,
                                     coordinator_epoch) != "NONE":
                 failed.append((topic, p))
         for leader, tps in remote.items():
-            failed.extend(self.remote_markers(leader, pid, epoch, commit, tps, coordinator_epoch))
+            failed.extend(self._send_markers(leader, pid, epoch, commit, tps, coordinator_epoch))
         return failed
+
+    def _send_markers(self, leader: int, pid: int, epoch: int, commit: bool, tps, coordinator_epoch: int
+                      ) -> list[tuple[str, int]]:
+        """Markers for partitions another broker leads: a WriteTxnMarkers v0 request to it (in an
+        in-process cluster, that broker's handler work is done directly). Returns the failures."""
+        transport = self.broker.replica_manager.fetcher.transport
+        peers = getattr(transport, "brokers", None)
+        if peers is not None:                       # an in-process cluster
+            other = peers.get(leader)
+            if other is None or not getattr(other, "alive", True):
+                return list(tps)
+            return [tp for tp in tps if write_marker_locally(other, *tp, pid, epoch, commit,
+                                                             coordinator_epoch) != "NONE"]
+        from .network_client import KafkaConnection
+        from .protocol import API_KEYS
+        node = self.broker.metadata.get(f"/brokers/ids/{leader}")
+        if node is None:
+            return list(tps)
+        grouped: dict[str, list[int]] = {}
+        for topic, p in tps:
+            grouped.setdefault(topic, []).append(p)
+        body = {"markers": [{"producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+                             "coordinator_epoch": coordinator_epoch,
+                             "topics": [{"name": t, "partition_indexes": ps}
+                                        for t, ps in grouped.items()]}]}
+        try:
+            conn = KafkaConnection(node["host"], node["port"], client_id=f"broker-{self.broker.broker_id}")
+            try:
+                answer = conn.request(API_KEYS["WriteTxnMarkers"], 0, body, timeout=30)
+            finally:
+                conn.close()
+        except (OSError, KStoreError):
+            return list(tps)
+        return [(t["name"], p["partition_index"]) for m in answer["markers"] for t in m["topics"]
+                for p in t["partitions"] if p["error_code"] != 0]
 
     def _finish_prepared(self, p: int | None = None) -> None:
         for meta in list(self._txns.values()):

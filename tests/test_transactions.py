@@ -467,3 +467,66 @@ def test_the_cleaner_drops_aborted_records_keeps_committed_and_the_abort_entry(t
     assert committed_view(log) == [b"keep", b"committed"]
     assert read_entries(os.path.join(d, "00000000000000000000.txnindex")) == [AbortedTxn(2, 4, 6, 7)]
     log.close()
+
+
+def test_markers_reach_other_leaders_and_a_new_coordinator_finishes_after_failover(tmp_path):
+    """A 3-broker cluster (running, real clock): the transaction spans partitions led by all three
+    brokers, so the coordinator writes two markers through the other brokers; then the
+    coordinator broker crashes mid-transaction, the new leader of the __transaction_state
+    partition reloads the Ongoing transaction from the replicated record and aborts it."""
+    from kstore.clock import SystemClock
+    from kstore.cluster import Cluster
+    cluster = Cluster(str(tmp_path / "c"), 3, clock=SystemClock(),
+                      broker_config={"transaction.state.log.num.partitions": 3})
+    cluster.start()
+    try:
+        cluster.create_topic("t", 3, 3)
+        assert len({cluster.leader("t", p) for p in range(3)}) == 3
+        any_tc = cluster.brokers[0].transaction_coordinator         # creates __transaction_state
+        coordinator = any_tc.coordinator_for("tx")
+        tc = cluster.brokers[coordinator].transaction_coordinator
+        error, pid, epoch = tc.init_producer_id("tx", 60000)
+        assert error == "NONE"
+        parts = [("t", p) for p in range(3)]
+
+        def produce_all(seq: int, tag: bytes, epoch: int) -> None:
+            for topic, p in parts:
+                result = cluster.brokers[cluster.leader(topic, p)].produce_request(
+                    topic, p, txn_batch(pid, [tag], seq=seq, epoch=epoch), -1)
+                assert result.wait(20).error is None
+        assert set(tc.add_partitions("tx", pid, epoch, parts).values()) == {"NONE"}
+        produce_all(0, b"committed", epoch)
+        assert tc.end_txn("tx", pid, epoch, True) == "NONE"
+        for topic, p in parts:
+            log = cluster.brokers[cluster.leader(topic, p)].get_log(topic, p)
+            assert [b.control_record_type() for b in log.batches() if b.is_control] == [
+                ControlRecordType.COMMIT]
+
+        tc.add_partitions("tx", pid, epoch, parts)
+        produce_all(1, b"orphan", epoch)
+        wait_until(lambda: all(cluster.brokers[b].get_log(TRANSACTION_STATE_TOPIC, tc.partition_for("tx"))
+                               .log_end_offset == cluster.brokers[coordinator].get_log(
+                                   TRANSACTION_STATE_TOPIC, tc.partition_for("tx")).log_end_offset
+                               for b in cluster.brokers))
+        cluster.crash(coordinator)
+        successor = any_tc.coordinator_for("tx")
+        assert successor not in (coordinator, -1)
+        new_tc = cluster.brokers[successor].transaction_coordinator
+        assert new_tc.end_txn("tx", pid, epoch, False) == "NONE"     # reloaded: Ongoing -> abort
+        assert new_tc.describe("tx").state == "CompleteAbort"
+        for topic, p in parts:
+            leader = cluster.leader(topic, p)
+            if leader == coordinator or leader < 0:
+                continue
+            log = cluster.brokers[leader].get_log(topic, p)
+            wait_until(lambda: log.last_stable_offset == log.high_watermark)
+            assert committed_view(log) == [b"committed"]
+    finally:
+        cluster.shutdown()
+
+
+def wait_until(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)

@@ -600,6 +600,21 @@ class Log:
         return [r for b in self.batches(offset, isolation) if not b.is_control
                 for r in b.records() if r.offset >= offset]
 
+    def committed_records(self, start_offset: int | None = None) -> list[Record]:
+        """What a read_committed consumer ends up with: the records below the LSO, less those of
+        aborted transactions, which the consumer drops using the fetch's aborted-transactions
+        list (Kafka's consumer does this on the client side)."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        aborted = self.collect_aborted_transactions(offset, self.last_stable_offset)
+        out: list[Record] = []
+        for b in self.batches(offset, Isolation.TXN_COMMITTED):
+            if b.is_control or (b.is_transactional and any(
+                    a.producer_id == b.producer_id and a.first_offset <= b.base_offset <= a.last_offset
+                    for a in aborted)):
+                continue
+            out.extend(r for r in b.records() if r.offset >= offset)
+        return out
+
     def batches(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END):
         """Every batch (control batches included) from the one holding `start_offset` to the bound."""
         offset = self._log_start_offset if start_offset is None else start_offset

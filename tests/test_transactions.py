@@ -177,6 +177,7 @@ def test_read_committed_matches_a_model_of_committed_and_aborted_ranges(tmp_path
     assert log.last_stable_offset == lso
     expected = [v for o, v in sorted(visible) if o < lso]
     assert committed_view(log) == expected
+    assert [r.value for r in log.committed_records()] == expected
     log.close_without_flush()
     for name in os.listdir(d):
         if name.endswith(".txnindex"):

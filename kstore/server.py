@@ -137,9 +137,9 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 self.broker.replica_manager.check_purgatory()
                 if self.broker._coordinator is not None:   # session and rebalance timers
                     self.broker._coordinator.membership.tick()
-                if self.broker._txn_coordinator is not None:   # transaction timeouts
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, self.broker._txn_coordinator.tick)
+                txn = self.broker._txn_coordinator
+                if txn is not None and txn.abort_check_due():   # transaction timeouts
+                    await asyncio.get_running_loop().run_in_executor(None, txn.abort_timed_out)
             except Exception:
                 pass
             await asyncio.sleep(0.05)
@@ -498,25 +498,7 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
         retention = body.get("retention_time_ms", -1)
         now = self.broker.clock.milliseconds()
         expire = now + retention if retention is not None and retention >= 0 else None
-        topics, valid = [], {}
-        for topic in body["topics"]:
-            parts = []
-            for cp in topic["partitions"]:
-                entry = {"partition_index": cp["partition_index"], "error_code": 0}
-                parts.append(entry)
-                tp = (topic["name"], cp["partition_index"])
-                try:
-                    self.broker.get_log(*tp)
-                except KStoreError as e:
-                    entry["error_code"] = error_code(e)
-                    continue
-                metadata = cp.get("committed_metadata") or ""
-                if java_length(metadata) > coordinator.config.offset_metadata_max_bytes:
-                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
-                    continue
-                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
-                                              cp.get("committed_leader_epoch", -1))
-            topics.append({"name": topic["name"], "partitions": parts})
+        topics, valid = self._commit_entries(body["topics"])
         member_error = None if not group else coordinator.membership.validate_commit(
             group, body.get("generation_id_or_member_epoch", -1), body.get("member_id", ""),
             body.get("group_instance_id"))
@@ -539,6 +521,31 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                         if (t["name"], p["partition_index"]) in valid:
                             p["error_code"] = error_code(e)
         return {"throttle_time_ms": 0, "topics": topics}
+
+    def _commit_entries(self, requested: list) -> tuple[list, dict]:
+        """The per-partition answers of an (Txn)OffsetCommit with the partition and metadata
+        checks done, and the offsets that passed them."""
+        limit = self.broker.group_coordinator.config.offset_metadata_max_bytes
+        topics, valid = [], {}
+        for topic in requested:
+            parts = []
+            for cp in topic["partitions"]:
+                entry = {"partition_index": cp["partition_index"], "error_code": 0}
+                parts.append(entry)
+                tp = (topic["name"], cp["partition_index"])
+                try:
+                    self.broker.get_log(*tp)
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+                    continue
+                metadata = cp.get("committed_metadata") or ""
+                if java_length(metadata) > limit:
+                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
+                    continue
+                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
+                                              cp.get("committed_leader_epoch", -1))
+            topics.append({"name": topic["name"], "partitions": parts})
+        return topics, valid
 
     async def _offset_fetch(self, version, body, header) -> dict:
         coordinator = self.broker.group_coordinator

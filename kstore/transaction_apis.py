@@ -13,7 +13,6 @@ import asyncio
 
 from . import protocol as P
 from .errors import KStoreError, error_code
-from .group_coordinator import OffsetAndMetadata, java_length
 from .transaction_coordinator import write_marker_locally
 
 E = P.ERRORS
@@ -79,25 +78,7 @@ class TransactionApis:
         once the transaction's COMMIT marker lands in its `__consumer_offsets` partition."""
         coordinator = self.broker.group_coordinator
         group = body["group_id"]
-        topics, valid = [], {}
-        for topic in body["topics"]:
-            parts = []
-            for cp in topic["partitions"]:
-                entry = {"partition_index": cp["partition_index"], "error_code": 0}
-                parts.append(entry)
-                tp = (topic["name"], cp["partition_index"])
-                try:
-                    self.broker.get_log(*tp)
-                except KStoreError as e:
-                    entry["error_code"] = error_code(e)
-                    continue
-                metadata = cp.get("committed_metadata") or ""
-                if java_length(metadata) > coordinator.config.offset_metadata_max_bytes:
-                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
-                    continue
-                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
-                                              cp.get("committed_leader_epoch", -1))
-            topics.append({"name": topic["name"], "partitions": parts})
+        topics, valid = self._commit_entries(body["topics"])
         error = None
         if not group:
             error = E["INVALID_GROUP_ID"]

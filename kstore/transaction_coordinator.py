@@ -337,13 +337,15 @@ class TransactionCoordinator:
             self._finish_prepared()
         return aborted
 
-    def tick(self) -> None:
-        """The broker timer: every transaction.abort.timed.out.transaction.cleanup.interval.ms."""
+    def abort_check_due(self) -> bool:
+        """Time for the periodic abort of timed-out transactions
+        (transaction.abort.timed.out.transaction.cleanup.interval.ms)?"""
         now = self.clock.milliseconds()
         interval = self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
-        if now - self._last_abort_check >= interval:
-            self._last_abort_check = now
-            self.abort_timed_out(now)
+        if now - self._last_abort_check < interval:
+            return False
+        self._last_abort_check = now
+        return True
 
     # ---- views
     def describe(self, tid: str) -> TransactionMetadata | None:

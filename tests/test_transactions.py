@@ -531,3 +531,40 @@ def wait_until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
+
+
+def test_restart_with_an_open_transaction_then_the_timeout_aborts_it(tmp_path):
+    """kafka-python leaves a transaction open (1 s timeout) and the broker restarts: the reloaded
+    coordinator still knows it, the LSO still holds read_committed readers back, and the
+    coordinator's timer aborts it — the records never become visible to read_committed."""
+    config = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}
+    broker = _broker(tmp_path / "logs", **config)
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    bootstrap = f"127.0.0.1:{server.port}"
+    broker.create_topic("t", 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="slow",
+                             transaction_timeout_ms=1000)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"committed")
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send("t", b"left open")
+    producer.flush()
+    server.stop()
+    broker.shutdown()
+    broker = _broker(tmp_path / "logs", **config)
+    log = broker.get_log("t", 0)
+    assert log.last_stable_offset == 2 < log.high_watermark         # the open txn survived
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    try:
+        bootstrap = f"127.0.0.1:{server.port}"
+        assert broker.transaction_coordinator.describe("slow").state in ("Ongoing", "CompleteAbort")
+        wait_until(lambda: broker.transaction_coordinator.describe("slow").state == "CompleteAbort")
+        assert log.last_stable_offset == log.high_watermark
+        assert _kp_values(bootstrap, "t", "read_committed") == [b"committed"]
+        assert _kp_values(bootstrap, "t", "read_uncommitted") == [b"committed", b"left open"]
+    finally:
+        producer.close(timeout=1)
+        server.stop()
+        broker.shutdown()

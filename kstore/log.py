@@ -13,7 +13,11 @@ Offsets:
                                  it follows the LEO after each append, as Kafka's Partition moves
                                  it; the replication layer opens logs with `single_replica=False`
                                  and moves it itself (UnifiedLog alone never moves it on append);
-* recovery point               — the first offset not yet known to be fsynced.
+* recovery point               — the first offset not yet known to be fsynced;
+* last stable offset (LSO)     — the HW, or the first offset of the oldest transaction still open
+                                 (or decided only above the HW) if that is lower; read_committed
+                                 readers stop there, and aborted transactions are listed in each
+                                 segment's `.txnindex` for them to drop.
 """
 
 from __future__ import annotations

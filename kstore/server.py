@@ -487,7 +487,7 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
         brokers = {b["node_id"]: b for b in self._broker_list()}
         if node_id not in brokers:
             return {"throttle_time_ms": 0, "error_code": E["COORDINATOR_NOT_AVAILABLE"],
-                    "error_message": "the group's offsets partition has no leader",
+                    "error_message": "the coordinator's partition has no leader",
                     "node_id": -1, "host": "", "port": -1}
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node_id,
                 "host": brokers[node_id]["host"], "port": brokers[node_id]["port"]}

@@ -568,3 +568,38 @@ def test_restart_with_an_open_transaction_then_the_timeout_aborts_it(tmp_path):
         producer.close(timeout=1)
         server.stop()
         broker.shutdown()
+
+
+def test_kafka_python_send_offsets_visible_only_on_commit_and_after_a_restart(tmp_path):
+    """TxnOffsetCommit from kafka-python: the offsets are pending (OffsetFetch does not show them)
+    until the COMMIT marker reaches __consumer_offsets; an aborted transaction's offsets are
+    dropped; a restarted broker replays both the same way."""
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata as KOffset
+    broker = _broker(tmp_path / "logs")
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    bootstrap = f"127.0.0.1:{server.port}"
+    broker.create_topic("in", 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-offsets")
+    try:
+        producer.init_transactions()
+        tp = TopicPartition("in", 0)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: KOffset(5, "", -1)}, "kg")
+        assert broker.group_coordinator.fetch_offsets("kg") == {}          # pending
+        producer.commit_transaction()
+        assert broker.group_coordinator.fetch_offsets("kg")[("in", 0)].offset == 5
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: KOffset(9, "", -1)}, "kg")
+        producer.abort_transaction()
+        assert broker.group_coordinator.fetch_offsets("kg")[("in", 0)].offset == 5
+    finally:
+        producer.close(timeout=2)
+        server.stop()
+        broker.shutdown()
+    broker = _broker(tmp_path / "logs")
+    try:
+        assert broker.group_coordinator.fetch_offsets("kg")[("in", 0)].offset == 5
+        assert not broker.group_coordinator.has_pending_offsets("kg")
+    finally:
+        broker.shutdown()

@@ -114,9 +114,9 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp: int | None = None
         self._max_ts_so_far: TimestampOffset | None = None  # lazily from the time index
-        self.txn_index_needs_rebuild = False
         stem, _, suffix = log.path.rpartition(LOG_SUFFIX)   # e.g. ".cleaned" after ".log"
         self.txn_index = TransactionIndex(stem + TXN_INDEX_SUFFIX + suffix, base_offset)
+        self.txn_index_needs_rebuild = self.txn_index.corrupt   # the log refills it on open
 
     # ------------------------------------------------------------------ opening
     @classmethod

@@ -73,7 +73,13 @@ class TransactionIndex:
     def __init__(self, path: str, start_offset: int):
         self.path = path
         self.start_offset = start_offset
-        self._entries: list[AbortedTxn] = read_entries(path)
+        self.corrupt = False
+        try:
+            self._entries: list[AbortedTxn] = read_entries(path)
+        except CorruptIndexError:   # e.g. torn by a crash: the log rebuilds it from the batches
+            self.corrupt = True
+            self._entries = []
+            self.delete()
         self._last_offset = self._entries[-1].last_offset if self._entries else None
 
     @property

@@ -123,6 +123,11 @@ def test_lso_txnindex_recovery_truncation_and_retention(tmp_path):
     log = Log.open(d, {"segment.bytes": 100_000}, had_clean_shutdown=False, recovery_point=0)
     assert read_entries(path) == [AbortedTxn(1, 0, 4, 2)]
     assert log.last_stable_offset == 6                                 # pid 3 still open
+    log.close()
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 10)                       # a torn entry: rebuilt when the log opens
+    log = Log.open(d, {"segment.bytes": 100_000})
+    assert read_entries(path) == [AbortedTxn(1, 0, 4, 2)]
     log.append_as_leader(marker(3, commit=False))                      # 7, in the second segment
     second = os.path.join(d, "00000000000000000006.txnindex")
     assert read_entries(second) == [AbortedTxn(3, 6, 7, 8)]

@@ -54,7 +54,8 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else data.decode("utf-8", errors="replace")
 
 
-def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False) -> str:
+def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False,
+                  transaction_log_decoder: bool = False) -> str:
     parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
              f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
              f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
@@ -68,6 +69,10 @@ def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder:
         else:
             type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
             parts.append(f" controlType: {kind.name}({type_id})")
+    elif transaction_log_decoder:   # --transaction-log-decoder: __transaction_state records
+        from .transaction_log import decode_transaction_log_record
+        key, payload = decode_transaction_log_record(record.key, record.value)
+        parts.append(f" key: {key} payload: {payload}")
     elif offsets_decoder:   # --offsets-decoder: __consumer_offsets records as JSON
         from .offsets_decoder import decode_offsets_record
         key, payload = decode_offsets_record(record.key, record.value)
@@ -90,7 +95,7 @@ def _control_type(key: bytes | None) -> ControlRecordType:
 
 
 def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
-             offsets_decoder: bool = False) -> None:
+             offsets_decoder: bool = False, transaction_log_decoder: bool = False) -> None:
     out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
     records = FileRecords(path, file_already_exists=True)
     try:
@@ -98,9 +103,10 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
         try:
             for batch in records.batches():
                 out.write(format_batch(batch, valid) + "\n")
-                if deep or print_data or offsets_decoder:
+                if deep or print_data or offsets_decoder or transaction_log_decoder:
                     for record in batch.records():
-                        out.write(format_record(batch, record, print_data, offsets_decoder) + "\n")
+                        out.write(format_record(batch, record, print_data, offsets_decoder,
+                                                transaction_log_decoder) + "\n")
                 valid += batch.size_in_bytes
         except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
             err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
@@ -200,7 +206,8 @@ def dump_checkpoint(path: str, out: TextIO) -> None:
 
 def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
               print_data: bool = False, index_sanity_check: bool = False,
-              deep_iteration: bool = False, offsets_decoder: bool = False) -> bool:
+              deep_iteration: bool = False, offsets_decoder: bool = False,
+              transaction_log_decoder: bool = False) -> bool:
     """Dump one file; return False if it could not be read (the error goes to `err`)."""
     out.write(f"Dumping {path}\n")
     name = os.path.basename(path)
@@ -209,7 +216,8 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         return False
     try:
         if name.endswith(".log"):
-            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder)
+            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
+                     transaction_log_decoder)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)
         elif name.endswith(".timeindex"):

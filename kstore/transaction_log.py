@@ -35,7 +35,7 @@ STATES = {"Empty": 0, "Ongoing": 1, "PrepareCommit": 2, "PrepareAbort": 3, "Comp
 STATE_NAMES = {v: k for k, v in STATES.items()}
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "STATES", "TransactionLogValue", "encode_key", "decode_key",
-           "decode_value", "partition_for"]
+           "decode_value", "partition_for", "decode_transaction_log_record"]
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -99,3 +99,31 @@ def decode_value(data: bytes) -> TransactionLogValue:
     _expect_end(data, pos, "TransactionLogValue")
     return TransactionLogValue(pid, epoch, timeout, STATE_NAMES[status], partitions, last_update,
                                start)
+
+
+def decode_transaction_log_record(key: bytes | None, value: bytes | None) -> tuple[str, str]:
+    """(key text, payload text) of one `__transaction_state` record, as `kafka-dump-log.sh
+    --transaction-log-decoder` prints them: JSON with the schema's camelCase field names."""
+    import json
+
+    def text(obj) -> str:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    if key is None:
+        return "NO_KEY", "NO_PAYLOAD" if value is None else "unknown"
+    try:
+        key_text = text({"type": str(KEY_VERSION), "data": {"transactionalId": decode_key(key)}})
+    except InvalidRecordError:
+        return "unknown", "unknown"
+    if value is None:
+        return key_text, "<DELETE>"
+    try:
+        v = decode_value(value)
+    except InvalidRecordError:
+        return key_text, "unknown"
+    partitions = None if v.state == "Empty" else [
+        {"topic": t, "partitionIds": ps} for t, ps in sorted(v.partitions.items())]
+    return key_text, text({"version": str(VALUE_VERSION), "data": {
+        "producerId": v.producer_id, "producerEpoch": v.producer_epoch,
+        "transactionTimeoutMs": v.timeout_ms, "transactionStatus": STATES[v.state],
+        "transactionPartitions": partitions, "transactionLastUpdateTimestampMs": v.last_update_ms,
+        "transactionStartTimestampMs": v.start_ms}})

@@ -253,6 +253,16 @@ def test_coordinator_states_fencing_timeout_and_reload(tmp_path):
     tc = broker.transaction_coordinator
     meta = tc.describe("tx")
     assert (meta.state, meta.producer_epoch, meta.partitions) == ("Ongoing", 4, {("t", 1)})
+    import subprocess
+    import sys
+    state_dir = broker.get_log(TRANSACTION_STATE_TOPIC, tc.partition_for("tx")).dir
+    dumped = subprocess.run([sys.executable, "-m", "kstore", "dump-log", "--transaction-log-decoder",
+                             os.path.join(state_dir, "00000000000000000000.log")],
+                            capture_output=True, text=True, check=True).stdout
+    assert ('key: {"type":"0","data":{"transactionalId":"tx"}} payload: {"version":"0","data":'
+            '{"producerId":%d,"producerEpoch":4,"transactionTimeoutMs":60000,"transactionStatus":1,'
+            '"transactionPartitions":[{"topic":"t","partitionIds":[1]}],' % pid) in dumped
+    assert '"transactionStatus":0,"transactionPartitions":null' in dumped      # Empty
     log1 = broker.get_log("t", 1)
     assert log1.last_stable_offset < log1.high_watermark         # the open txn holds the LSO
     assert tc.end_txn("tx", pid, 4, True) == "NONE"

@@ -18,9 +18,11 @@ Transactions: cleaning stops at the last stable offset; the records of aborted t
 `.txnindex` ranges) are left out of the offset map and dropped from the cleaned segment, and an
 ABORT marker that is kept carries its `.txnindex` entry into the cleaned segment.
 
-kstore differs from Kafka: transaction markers are kept for ever (Kafka removes a marker once its
-transaction's data is gone and delete.retention.ms has passed), and cleaning runs in the caller's
-thread (or on the log manager's scheduler) rather than in dedicated cleaner threads.
+A marker whose transaction has no records left (aborted, or compacted away) gets a delete horizon
+at the next cleaning and is removed by a cleaning after it (delete.retention.ms), as Kafka does.
+
+kstore differs from Kafka: cleaning runs in the caller's thread (or on the log manager's scheduler)
+rather than in dedicated cleaner threads.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
     _aborted: dict = {}
+    _txn_data: dict = {}     # producer id -> its current transaction still has records kept
 
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
         if offset_map.slots * offset_map.load_factor <= 1:   # Kafka's require() in Cleaner
@@ -265,6 +268,7 @@ class Cleaner:
             return to_clean.first_dirty_offset, stats
         segments = [s for s in log.segments if s.base_offset < end_offset]
         self._aborted = aborted_ranges(log, segments[0].base_offset if segments else 0, end_offset)
+        self._txn_data = {}
         groups = group_segments_by_size(segments, log.config.segment_bytes,
                                         log.config.segment_index_bytes, upper_bound)
         last_records = log.producer_state.active_producers()
@@ -347,12 +351,17 @@ class Cleaner:
         stats.records_read += len(records)
         horizon = batch.delete_horizon_ms
         m = self.offset_map
+        marker_horizon = False
         if batch.is_control:
-            # A marker goes once its producer has moved on and its horizon has passed.
-            discard = horizon is not None and horizon <= now
+            # A marker goes once its transaction has no data left in the log: the first such
+            # cleaning stamps a delete horizon, a cleaning after the horizon removes it.
+            still_has_data = self._txn_data.pop(batch.producer_id, False)
+            discard = not still_has_data and horizon is not None and horizon <= now
+            marker_horizon = not still_has_data and horizon is None
             retained = [] if discard else records
         elif in_aborted(batch, self._aborted):
             retained = []                        # an aborted transaction's records go
+            self._txn_data.setdefault(batch.producer_id, False)
         else:
             retained = []
             for r in records:
@@ -363,6 +372,8 @@ class Cleaner:
                     retained.append(r)
                 elif r.value is None and r.key is not None and horizon is not None:
                     stats.tombstones_dropped += 1
+        if batch.is_transactional and not batch.is_control and retained:
+            self._txn_data[batch.producer_id] = True
         producer = last_records.get(batch.producer_id) if batch.producer_id != NO_PRODUCER_ID else None
         is_last_of_producer = producer is not None and (
             batch.last_offset == producer.last_data_offset if producer.last_data_offset is not None
@@ -370,13 +381,14 @@ class Cleaner:
         retain_empty = is_last_of_producer or batch.next_offset == upper_bound
         if retained:
             has_tombstones = any(r.value is None for r in retained)
-            set_horizon = has_tombstones and horizon is None and not batch.is_control
+            set_horizon = (has_tombstones and horizon is None and not batch.is_control) or marker_horizon
             stats.records_written += len(retained)
             if len(retained) == len(records) and not set_horizon:
                 return batch.to_bytes()   # nothing to change: copied verbatim
             if set_horizon:
                 horizon = now + log.config.delete_retention_ms
-                stats.tombstones_marked += sum(1 for r in retained if r.value is None)
+                stats.tombstones_marked += sum(1 for r in retained if r.value is None
+                                               and not batch.is_control)
             return build_batch(
                 retained, base_offset=batch.base_offset, offsets=[r.offset for r in retained],
                 compression=batch.compression, timestamp_type=batch.timestamp_type,

@@ -455,7 +455,9 @@ def test_dump_log_prints_markers_and_the_txnindex_like_kafkas_tool(tmp_path):
 def test_the_cleaner_drops_aborted_records_keeps_committed_and_the_abort_entry(tmp_path):
     """Compaction of a transactional log: an aborted transaction's records (even the newest for
     their key) are removed and do not shadow the committed value; cleaning stops at the LSO; the
-    kept ABORT marker carries its .txnindex entry into the cleaned segment."""
+    kept ABORT marker carries its .txnindex entry into the cleaned segment, gets a delete horizon
+    (its transaction has no data left) and goes at a cleaning after it; the COMMIT marker of a
+    transaction with data left stays."""
     from kstore.cleaner import Cleaner
     from kstore.offset_map import SkimpyOffsetMap
     d = str(tmp_path / "c-0")
@@ -482,6 +484,14 @@ def test_the_cleaner_drops_aborted_records_keeps_committed_and_the_abort_entry(t
     assert values == {(b"k2", b"keep"), (b"k1", b"committed"), (b"k2", b"open"), (b"k9", b"active")}
     assert committed_view(log) == [b"keep", b"committed"]
     assert read_entries(os.path.join(d, "00000000000000000000.txnindex")) == [AbortedTxn(2, 4, 6, 7)]
+    markers = {b.base_offset: b for b in log.batches() if b.is_control}
+    assert markers[6].delete_horizon_ms == T0 + log.config.delete_retention_ms   # data all gone
+    assert markers[3].delete_horizon_ms is None              # the committed record is still there
+    later = T0 + log.config.delete_retention_ms + 1
+    cleaner.clean(LogToClean(log, 0, cleanable_offsets(log, None, later)[1], 0, 0), now=later)
+    assert sorted(b.base_offset for b in log.batches() if b.is_control and b.records_count) == [3]
+    assert not os.path.exists(os.path.join(d, "00000000000000000000.txnindex"))
+    assert committed_view(log) == [b"keep", b"committed"]
     log.close()
 
 

@@ -399,6 +399,10 @@ class Cleaner:
                 last_offset_delta=batch.last_offset_delta,
                 max_timestamp=batch.max_timestamp if batch.timestamp_type.value else None)
         if retain_empty:
+            if batch.is_transactional and not batch.is_control:
+                # the empty batch still opens the transaction when the log is replayed: its
+                # marker must stay to close it
+                self._txn_data[batch.producer_id] = True
             stats.batches_kept_empty += 1
             return build_empty_batch(
                 base_offset=batch.base_offset, last_offset=batch.last_offset,

@@ -470,28 +470,32 @@ def test_the_cleaner_drops_aborted_records_keeps_committed_and_the_abort_entry(t
                                      producer_id=2, producer_epoch=0, base_sequence=0,
                                      transactional=True))                        # 4-5
     log.append_as_leader(marker(2, commit=False))                               # 6
+    log.append_as_leader(build_batch([Record(b"k3", b"later", T0)], producer_id=2,
+                                     producer_epoch=0, base_sequence=2, transactional=True))  # 7
+    log.append_as_leader(marker(2, commit=True))                                # 8
     log.append_as_leader(build_batch([Record(b"k2", b"open", T0)], producer_id=3,
-                                     producer_epoch=0, base_sequence=0, transactional=True))  # 7
+                                     producer_epoch=0, base_sequence=0, transactional=True))  # 9
     log.roll()
     log.append([Record(b"k9", b"active", T0)])
-    assert log.last_stable_offset == 7
+    assert log.last_stable_offset == 9
     cleaner = Cleaner(SkimpyOffsetMap(1 << 20), log.clock)
     from kstore.cleaner import LogToClean, cleanable_offsets
     first_dirty, uncleanable = cleanable_offsets(log, None, T0)
-    assert uncleanable == 7                                 # stops at the open transaction
+    assert uncleanable == 9                                 # stops at the open transaction
     cleaner.clean(LogToClean(log, first_dirty, uncleanable, 0, 0), now=T0)
     values = {(r.key, r.value) for r in log.records()}
-    assert values == {(b"k2", b"keep"), (b"k1", b"committed"), (b"k2", b"open"), (b"k9", b"active")}
-    assert committed_view(log) == [b"keep", b"committed"]
+    assert values == {(b"k2", b"keep"), (b"k1", b"committed"), (b"k3", b"later"),
+                      (b"k2", b"open"), (b"k9", b"active")}
+    assert committed_view(log) == [b"keep", b"committed", b"later"]
     assert read_entries(os.path.join(d, "00000000000000000000.txnindex")) == [AbortedTxn(2, 4, 6, 7)]
     markers = {b.base_offset: b for b in log.batches() if b.is_control}
     assert markers[6].delete_horizon_ms == T0 + log.config.delete_retention_ms   # data all gone
     assert markers[3].delete_horizon_ms is None              # the committed record is still there
     later = T0 + log.config.delete_retention_ms + 1
     cleaner.clean(LogToClean(log, 0, cleanable_offsets(log, None, later)[1], 0, 0), now=later)
-    assert sorted(b.base_offset for b in log.batches() if b.is_control and b.records_count) == [3]
+    assert sorted(b.base_offset for b in log.batches() if b.is_control and b.records_count) == [3, 8]
     assert not os.path.exists(os.path.join(d, "00000000000000000000.txnindex"))
-    assert committed_view(log) == [b"keep", b"committed"]
+    assert committed_view(log) == [b"keep", b"committed", b"later"]
     log.close()
 
 
@@ -628,3 +632,28 @@ def test_kafka_python_send_offsets_visible_only_on_commit_and_after_a_restart(tm
         assert not broker.group_coordinator.has_pending_offsets("kg")
     finally:
         broker.shutdown()
+
+
+def test_a_marker_stays_while_an_empty_batch_of_its_transaction_remains(tmp_path):
+    """The aborted batch is its producer's last data batch, so the cleaner keeps it empty (the
+    producer's sequence state); its ABORT marker must then stay too, or a restart would replay
+    an open transaction holding the LSO back for ever."""
+    from kstore.cleaner import Cleaner, LogToClean, cleanable_offsets
+    from kstore.offset_map import SkimpyOffsetMap
+    d = str(tmp_path / "c-0")
+    log = Log.open(d, {"cleanup.policy": "compact", "segment.bytes": 100_000})
+    log.append_as_leader(build_batch([Record(b"k", b"aborted", T0)], producer_id=4,
+                                     producer_epoch=0, base_sequence=0, transactional=True))
+    log.append_as_leader(marker(4, commit=False))
+    log.roll()
+    log.append([Record(b"x", b"active", T0)])
+    cleaner = Cleaner(SkimpyOffsetMap(1 << 20), log.clock)
+    later = T0 + log.config.delete_retention_ms + 1
+    for now in (T0, later):
+        cleaner.clean(LogToClean(log, 0, cleanable_offsets(log, None, now)[1], 0, 0), now=now)
+    kept = [(b.base_offset, b.records_count, b.is_control) for b in log.batches()]
+    assert kept[:2] == [(0, 0, False), (1, 1, True)]
+    log.close()
+    log = Log.open(d, had_clean_shutdown=False, recovery_point=0)
+    assert log.last_stable_offset == log.high_watermark
+    log.close()

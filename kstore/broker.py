@@ -31,7 +31,7 @@ from .metadata_image import PARTITION_METADATA, import_kraft_metadata, read_prop
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
-INTERNAL_TOPICS = ("__consumer_offsets",)
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,7 @@ class Broker:
         self.logs.load_logs()
         self._lock = threading.RLock()
         self._coordinator = None
+        self._txn_coordinator = None
         self.alive = True
         from .replica_manager import ReplicaManager
         self.replica_manager = ReplicaManager(self, transport or _LocalTransport({broker_id: self}),
@@ -197,6 +198,13 @@ class Broker:
             from .group_coordinator import GroupCoordinator
             self._coordinator = GroupCoordinator(self)
         return self._coordinator
+
+    @property
+    def transaction_coordinator(self):
+        if self._txn_coordinator is None:
+            from .transaction_coordinator import TransactionCoordinator
+            self._txn_coordinator = TransactionCoordinator(self)
+        return self._txn_coordinator
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, num_partitions: int | None = None,
@@ -433,11 +441,13 @@ class Broker:
         return FetchResult(topic, partition, data, log.high_watermark, log.high_watermark,
                            log.log_start_offset)
 
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset:
-        """ListOffsets for a client: −2 earliest, −1 latest (= the HW), −3 max timestamp, or a
-        timestamp (offset −1 when no record at or after it is below the HW)."""
+    def list_offsets(self, topic: str, partition: int, timestamp: int,
+                     read_committed: bool = False) -> TimestampAndOffset:
+        """ListOffsets for a client: −2 earliest, −1 latest (= the HW, or the LSO for a
+        read_committed client), −3 max timestamp, or a timestamp (offset −1 when no record at or
+        after it is below that bound)."""
         log = self.leader_log(topic, partition)
-        hw = log.high_watermark
+        hw = log.last_stable_offset if read_committed else log.high_watermark
         if timestamp == -1:
             return TimestampAndOffset(-1, hw, log.leader_epoch_cache.latest_epoch())
         found = log.fetch_offset_by_timestamp(timestamp)

@@ -14,9 +14,15 @@ cleaned). One cleaning round:
 3. swaps the new segment in crash-safely (`.cleaned` → `.swap` → live) and checkpoints the new
    first dirty offset.
 
-kstore differs from Kafka: no transactions (aborted data is not recognised; markers are kept like
-records of a producer), and cleaning runs in the caller's thread (or on the
-log manager's scheduler) rather than in dedicated cleaner threads.
+Transactions: cleaning stops at the last stable offset; the records of aborted transactions (the
+`.txnindex` ranges) are left out of the offset map and dropped from the cleaned segment, and an
+ABORT marker that is kept carries its `.txnindex` entry into the cleaned segment.
+
+A marker whose transaction has no records left (aborted, or compacted away) gets a delete horizon
+at the next cleaning and is removed by a cleaning after it (delete.retention.ms), as Kafka does.
+
+kstore differs from Kafka: cleaning runs in the caller's thread (or on the log manager's scheduler)
+rather than in dedicated cleaner threads.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from .errors import KStoreError
 from .index import INT32_MAX
 from .log import Log
 from .offset_map import SkimpyOffsetMap
-from .records import NO_PRODUCER_ID, Record, RecordBatch, build_batch, build_empty_batch
+from .records import (NO_PRODUCER_ID, ControlRecordType, Record, RecordBatch, build_batch,
+                      build_empty_batch)
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
@@ -45,6 +52,21 @@ class CleaningAbortedError(KStoreError):
 # ------------------------------------------------------------------------------------------------
 # Pure rules
 # ------------------------------------------------------------------------------------------------
+
+def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
+    """Producer id -> (first offset, marker offset) of each transaction aborted in [start, end)."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for t in log.collect_aborted_transactions(start, end):
+        ranges.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
+    return ranges
+
+
+def in_aborted(batch: RecordBatch, ranges: dict[int, list[tuple[int, int]]]) -> bool:
+    """A transactional data batch inside one of its producer's aborted ranges?"""
+    if not batch.is_transactional or batch.is_control:
+        return False
+    return any(first <= batch.base_offset < last for first, last in ranges.get(batch.producer_id, ()))
+
 
 def should_retain_record(record: Record, batch_delete_horizon: int | None, latest_offset_for_key: int,
                          map_latest_offset: int, now: int) -> bool:
@@ -150,7 +172,7 @@ def cleanable_offsets(log: Log, checkpointed_dirty_offset: int | None, now: int)
     first_dirty = checkpointed_dirty_offset
     if first_dirty is None or first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
         first_dirty = log.log_start_offset
-    candidates = [log.high_watermark, log.active_segment.base_offset]
+    candidates = [log.last_stable_offset, log.active_segment.base_offset]
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in log.segments[:-1]:   # from the segment holding first_dirty (its floor)
@@ -213,6 +235,9 @@ class CleanerStats:
 class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
+    _aborted: dict = {}
+    _txn_data: dict = {}     # producer id -> its current transaction still has records kept
+
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
         if offset_map.slots * offset_map.load_factor <= 1:   # Kafka's require() in Cleaner
             raise ValueError(f"offset map is too small to fit in even a single message "
@@ -224,6 +249,7 @@ class Cleaner:
     def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats) -> None:
         m = self.offset_map
         m.clear()
+        self._aborted = aborted_ranges(log, start, end)
         dirty = [s for s in log.segments if _segment_end(log, s) > start and s.base_offset < end]
         for i, segment in enumerate(dirty):
             next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
@@ -236,7 +262,9 @@ class Cleaner:
         m = self.offset_map
         position = segment.offset_index.lookup(start).position
         for batch in segment.log.batches(position):
-            if not batch.is_control:
+            if batch.base_offset >= next_segment_start:
+                break   # the uncleanable part (e.g. above the LSO) stays out of the map
+            if not batch.is_control and not in_aborted(batch, self._aborted):
                 # Keys and offsets only: the records are decoded in full once, when cleaned.
                 for offset, key in batch.keys_and_offsets():
                     if key is not None and offset >= start:
@@ -266,6 +294,8 @@ class Cleaner:
             # log; answering latest_offset + 1 = 0 would move the checkpoint back to the start.
             return to_clean.first_dirty_offset, stats
         segments = [s for s in log.segments if s.base_offset < end_offset]
+        self._aborted = aborted_ranges(log, segments[0].base_offset if segments else 0, end_offset)
+        self._txn_data = {}
         groups = group_segments_by_size(segments, log.config.segment_bytes,
                                         log.config.segment_index_bytes, upper_bound)
         last_records = log.producer_state.active_producers()
@@ -327,6 +357,11 @@ class Cleaner:
             if out is None:
                 continue
             kept = RecordBatch(out)
+            if kept.is_control and kept.records() and \
+                    kept.control_record_type() == ControlRecordType.ABORT:
+                for entry in source.txn_index.entries:   # the kept marker keeps its entry
+                    if (entry.producer_id, entry.last_offset) == (kept.producer_id, kept.base_offset):
+                        dest.txn_index.append(entry)
             if chunk_size + len(out) > READ_CHUNK_BYTES:
                 flush_chunk()
             chunk.append(out)
@@ -343,10 +378,17 @@ class Cleaner:
         stats.records_read += len(records)
         horizon = batch.delete_horizon_ms
         m = self.offset_map
+        marker_horizon = False
         if batch.is_control:
-            # A marker goes once its producer has moved on and its horizon has passed.
-            discard = horizon is not None and horizon <= now
+            # A marker goes once its transaction has no data left in the log: the first such
+            # cleaning stamps a delete horizon, a cleaning after the horizon removes it.
+            still_has_data = self._txn_data.pop(batch.producer_id, False)
+            discard = not still_has_data and horizon is not None and horizon <= now
+            marker_horizon = not still_has_data and horizon is None
             retained = [] if discard else records
+        elif in_aborted(batch, self._aborted):
+            retained = []                        # an aborted transaction's records go
+            self._txn_data.setdefault(batch.producer_id, False)
         else:
             retained = []
             for r in records:
@@ -357,6 +399,8 @@ class Cleaner:
                     retained.append(r)
                 elif r.value is None and r.key is not None and horizon is not None:
                     stats.tombstones_dropped += 1
+        if batch.is_transactional and not batch.is_control and retained:
+            self._txn_data[batch.producer_id] = True
         producer = last_records.get(batch.producer_id) if batch.producer_id != NO_PRODUCER_ID else None
         is_last_of_producer = producer is not None and (
             batch.last_offset == producer.last_data_offset if producer.last_data_offset is not None
@@ -364,13 +408,14 @@ class Cleaner:
         retain_empty = is_last_of_producer or batch.next_offset == upper_bound
         if retained:
             has_tombstones = any(r.value is None for r in retained)
-            set_horizon = has_tombstones and horizon is None and not batch.is_control
+            set_horizon = (has_tombstones and horizon is None and not batch.is_control) or marker_horizon
             stats.records_written += len(retained)
             if len(retained) == len(records) and not set_horizon:
                 return batch.to_bytes()   # nothing to change: copied verbatim
             if set_horizon:
                 horizon = now + log.config.delete_retention_ms
-                stats.tombstones_marked += sum(1 for r in retained if r.value is None)
+                stats.tombstones_marked += sum(1 for r in retained if r.value is None
+                                               and not batch.is_control)
             return build_batch(
                 retained, base_offset=batch.base_offset, offsets=[r.offset for r in retained],
                 compression=batch.compression, timestamp_type=batch.timestamp_type,
@@ -381,6 +426,10 @@ class Cleaner:
                 last_offset_delta=batch.last_offset_delta,
                 max_timestamp=batch.max_timestamp if batch.timestamp_type.value else None)
         if retain_empty:
+            if batch.is_transactional and not batch.is_control:
+                # the empty batch still opens the transaction when the log is replayed: its
+                # marker must stay to close it
+                self._txn_data[batch.producer_id] = True
             stats.batches_kept_empty += 1
             return build_empty_batch(
                 base_offset=batch.base_offset, last_offset=batch.last_offset,

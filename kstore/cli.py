@@ -21,7 +21,8 @@ def _dump_log(args: argparse.Namespace) -> int:
     for path in files:
         ok &= dump_file(path, print_data=args.print_data_log,
                         index_sanity_check=args.index_sanity_check,
-                        deep_iteration=args.deep_iteration, offsets_decoder=args.offsets_decoder)
+                        deep_iteration=args.deep_iteration, offsets_decoder=args.offsets_decoder,
+                        transaction_log_decoder=args.transaction_log_decoder)
     return 0 if ok else 1
 
 
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "engine you build and inspect in JupyterLab")
     parser.add_argument("--version", action="version", version=f"kstore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.snapshot and checkpoint "
+    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.txnindex/.snapshot and checkpoint "
                           "files like kafka-dump-log.sh")
     dump.add_argument("paths", nargs="*", metavar="FILE")
     dump.add_argument("--files", action="append", help="comma-separated files (Kafka's spelling)")
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--deep-iteration", action="store_true", help="print every record")
     dump.add_argument("--offsets-decoder", action="store_true",
                       help="decode __consumer_offsets records (offset commits, group metadata) as JSON")
+    dump.add_argument("--transaction-log-decoder", action="store_true",
+                      help="decode __transaction_state records (transaction metadata) as JSON")
     dump.add_argument("--index-sanity-check", action="store_true",
                       help="only run the index sanity check Kafka runs at startup")
     dump.set_defaults(func=_dump_log)

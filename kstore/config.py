@@ -290,6 +290,15 @@ _BROKER_KEYS = [
               "How long the first rebalance of an empty group waits for more members to join."),
     ConfigKey("group.max.size", "int", INT_MAX, at_least(1),
               "The most members one consumer group may have."),
+    # the transaction coordinator (kstore.transaction_coordinator)
+    ConfigKey("transaction.state.log.num.partitions", "int", 50, at_least(1),
+              "Partitions of __transaction_state (fixed once the topic exists)."),
+    ConfigKey("transaction.state.log.replication.factor", "int", 3, at_least(1),
+              "Replication factor of __transaction_state (capped by the brokers available)."),
+    ConfigKey("transaction.max.timeout.ms", "int", 900000, at_least(1),
+              "The longest transaction.timeout.ms a producer may ask for."),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              at_least(1), "How often the coordinator aborts transactions past their timeout."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

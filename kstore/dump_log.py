@@ -1,7 +1,8 @@
 """`kstore dump-log`: print segment, index, snapshot and checkpoint files like Kafka's
 `kafka-dump-log.sh` (DumpLogSegments), so the output can be compared line by line.
 
-Lines printed for a `.log` follow Kafka's format exactly, e.g.
+Lines printed for a `.log` (transaction markers as `endTxnMarker: COMMIT coordinatorEpoch: 0`) and a
+`.txnindex` follow Kafka's format exactly, e.g.
     baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 ...
     | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: -1 headerKeys: []
 KRaft snapshots (`<offset>-<epoch>.checkpoint`, `bootstrap.checkpoint`) are batches, dumped as Kafka
@@ -24,6 +25,7 @@ from .index import OffsetIndex, TimeIndex
 from .producer_snapshot import read_snapshot
 from .records import ControlRecordType, RecordBatch
 from .segment import offset_from_file_name
+from .transaction_index import read_entries
 
 RECORD_INDENT = "|"
 
@@ -53,7 +55,8 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else data.decode("utf-8", errors="replace")
 
 
-def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False) -> str:
+def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False,
+                  transaction_log_decoder: bool = False) -> str:
     parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
              f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
              f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
@@ -70,6 +73,10 @@ def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder:
         else:
             type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
             parts.append(f" controlType: {kind.name}({type_id})")
+    elif transaction_log_decoder:   # --transaction-log-decoder: __transaction_state records
+        from .transaction_log import decode_transaction_log_record
+        key, payload = decode_transaction_log_record(record.key, record.value)
+        parts.append(f" key: {key} payload: {payload}")
     elif offsets_decoder:   # --offsets-decoder: __consumer_offsets records as JSON
         from .offsets_decoder import decode_offsets_record
         key, payload = decode_offsets_record(record.key, record.value)
@@ -110,7 +117,7 @@ def _control_type(key: bytes | None) -> ControlRecordType:
 
 
 def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
-             offsets_decoder: bool = False) -> None:
+             offsets_decoder: bool = False, transaction_log_decoder: bool = False) -> None:
     """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too."""
     name = os.path.basename(path)
     if name.endswith(".log"):
@@ -129,9 +136,10 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
         try:
             for batch in records.batches():
                 out.write(format_batch(batch, valid) + "\n")
-                if deep or print_data or offsets_decoder:
+                if deep or print_data or offsets_decoder or transaction_log_decoder:
                     for record in batch.records():
-                        out.write(format_record(batch, record, print_data, offsets_decoder) + "\n")
+                        out.write(format_record(batch, record, print_data, offsets_decoder,
+                                                transaction_log_decoder) + "\n")
                 valid += batch.size_in_bytes
         except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
             err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
@@ -207,6 +215,13 @@ def dump_snapshot(path: str, out: TextIO) -> None:
                       f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}\n")
 
 
+def dump_txn_index(path: str, out: TextIO) -> None:
+    """One line per aborted transaction, as DumpLogSegments.dumpTxnIndex prints them."""
+    for t in read_entries(path):
+        out.write(f"version: {t.version} producerId: {t.producer_id} firstOffset: {t.first_offset} "
+                  f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}\n")
+
+
 def dump_checkpoint(path: str, out: TextIO) -> None:
     name = os.path.basename(path)
     with open(path, encoding="utf-8") as f:
@@ -224,7 +239,8 @@ def dump_checkpoint(path: str, out: TextIO) -> None:
 
 def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
               print_data: bool = False, index_sanity_check: bool = False,
-              deep_iteration: bool = False, offsets_decoder: bool = False) -> bool:
+              deep_iteration: bool = False, offsets_decoder: bool = False,
+              transaction_log_decoder: bool = False) -> bool:
     """Dump one file; return False if it could not be read (the error goes to `err`)."""
     out.write(f"Dumping {path}\n")
     name = os.path.basename(path)
@@ -233,13 +249,16 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         return False
     try:
         if name.endswith((".log", ".checkpoint")):   # .checkpoint: a KRaft snapshot
-            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder)
+            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
+                     transaction_log_decoder)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)
         elif name.endswith(".timeindex"):
             dump_time_index(path, out, index_sanity_check)
         elif name.endswith(".snapshot"):
             dump_snapshot(path, out)
+        elif name.endswith(".txnindex"):
+            dump_txn_index(path, out)
         elif name.endswith("checkpoint"):
             dump_checkpoint(path, out)
         elif name in ("partition.metadata", "meta.properties", "quorum-state"):

@@ -34,7 +34,7 @@ from .errors import (CommitFailedError, InvalidCommitOffsetError, InvalidGroupId
 class NotCoordinatorError(KStoreError):
     """This broker does not lead the group's `__consumer_offsets` partition."""
     error_code = 16
-from .records import Record, build_batch
+from .records import ControlRecordType, Record, build_batch
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -60,6 +60,7 @@ class PreparedCommit:
     partition: int
     batch: bytes
     stored: dict
+    producer_id: int = -1       # ≥ 0: a TxnOffsetCommit, pending until its marker
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class GroupCoordinator:
         self._lock = threading.RLock()
         self._cache: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self._loaded_epochs: dict[int, int] = {}
+        # TxnOffsetCommit: producer id -> group -> offsets, visible once the COMMIT marker lands
+        self._pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         self.membership = GroupMembership(self.clock, broker.config, store=self._store_group,
                                           events=broker.events)
         self._ensure_offsets_topic()
@@ -119,12 +122,48 @@ class GroupCoordinator:
             del self._cache[group]
         for group in [g for g in self.membership.groups if self.partition_for(g) == p]:
             del self.membership.groups[group]
+        for pid in list(self._pending_txn):
+            for group in [g for g in self._pending_txn[pid] if self.partition_for(g) == p]:
+                del self._pending_txn[pid][group]
         count = 0
-        for record in part.log.records():
-            count += 1
-            self._apply(record.key, record.value)
+        for batch in part.log.batches():
+            if batch.is_control:
+                self.complete_txn(batch.producer_id, p,
+                                  batch.control_record_type() == ControlRecordType.COMMIT)
+                continue
+            for record in batch.records():
+                count += 1
+                if batch.is_transactional:
+                    self._apply_pending(batch.producer_id, record.key, record.value)
+                else:
+                    self._apply(record.key, record.value)
         self._loaded_epochs[p] = part.leader_epoch
         return count
+
+    # ---- transactional offset commits (GroupMetadataManager's pendingTransactionalOffsetCommits)
+    def _apply_pending(self, producer_id: int, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetCommitKey) and value_bytes is not None:
+            v = decode_offset_commit_value(value_bytes)
+            self._pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})[
+                (key.topic, key.partition)] = OffsetAndMetadata(
+                    v.offset, v.metadata, v.leader_epoch, v.commit_timestamp, v.expire_timestamp)
+
+    def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker landed in `__consumer_offsets`-`partition`: the producer's
+        pending offsets for the groups of that partition become committed, or are dropped."""
+        with self._lock:
+            pending = self._pending_txn.get(producer_id, {})
+            for group in [g for g in pending if self.partition_for(g) == partition]:
+                offsets = pending.pop(group)
+                if commit:
+                    self._cache.setdefault(group, {}).update(offsets)
+            if not pending:
+                self._pending_txn.pop(producer_id, None)
+
+    def has_pending_offsets(self, group_id: str) -> bool:
+        with self._lock:
+            return any(group_id in groups for groups in self._pending_txn.values())
 
     def _ensure_fresh(self, group_id: str) -> None:
         p = self.partition_for(group_id)
@@ -240,10 +279,12 @@ class GroupCoordinator:
 
     def prepare_commit(self, group_id: str, offsets, expire_timestamp: int | None = None, *,
                        generation_id: int = -1, member_id: str = "",
-                       instance_id: str | None = None) -> "PreparedCommit | None":
+                       instance_id: str | None = None, producer_id: int = -1,
+                       producer_epoch: int = -1) -> "PreparedCommit | None":
         """Validate and build the commit's batch (nothing is written). A group with members
         accepts commits only from a member of its current generation (generation −1 and no
-        member id: an assign()-only consumer or an admin, allowed while the group is Empty)."""
+        member id: an assign()-only consumer or an admin, allowed while the group is Empty).
+        A transactional commit (TxnOffsetCommit) carries the producer id and epoch."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError("the group id must be a non-empty string")
         refused = self.membership.validate_commit(group_id, generation_id, member_id, instance_id)
@@ -281,7 +322,9 @@ class GroupCoordinator:
                                     + "; ".join(problems))
         if not records:
             return None
-        return PreparedCommit(group_id, self.partition_for(group_id), build_batch(records), stored)
+        batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                            transactional=producer_id >= 0)   # TxnOffsetCommit: a txn batch
+        return PreparedCommit(group_id, self.partition_for(group_id), batch, stored, producer_id)
 
     def complete_commit(self, prepared: "PreparedCommit", result) -> None:
         """Apply a commit to the cache once its append succeeded; raise its error otherwise."""
@@ -292,7 +335,11 @@ class GroupCoordinator:
         if result.error is not None:
             raise result.error
         with self._lock:
-            self._cache.setdefault(prepared.group_id, {}).update(prepared.stored)
+            if prepared.producer_id >= 0:   # pending until the transaction's marker
+                self._pending_txn.setdefault(prepared.producer_id, {}).setdefault(
+                    prepared.group_id, {}).update(prepared.stored)
+            else:
+                self._cache.setdefault(prepared.group_id, {}).update(prepared.stored)
 
     def fetch_offsets(self, group_id: str, partitions=None) -> dict[tuple[str, int], OffsetAndMetadata | None]:
         """The committed offsets of a group (all of them, or for the given partitions)."""

@@ -13,7 +13,11 @@ Offsets:
                                  it follows the LEO after each append, as Kafka's Partition moves
                                  it; the replication layer opens logs with `single_replica=False`
                                  and moves it itself (UnifiedLog alone never moves it on append);
-* recovery point               — the first offset not yet known to be fsynced.
+* recovery point               — the first offset not yet known to be fsynced;
+* last stable offset (LSO)     — the HW, or the first offset of the oldest transaction still open
+                                 (or decided only above the HW) if that is lower; read_committed
+                                 readers stop there, and aborted transactions are listed in each
+                                 segment's `.txnindex` for them to drop.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from .errors import (CorruptRecordError, InvalidRecordError, LogError, OffsetOut
                      RecordBatchTooLargeError, RecordTooLargeError)
 from .events import EventBus
 from .leader_epoch import LeaderEpochFileCache
-from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, CompletedTxn, ProducerStateManager
+from .transaction_index import AbortedTxn
 from . import retention
 from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
@@ -54,7 +59,7 @@ class Isolation:
     """How far a read may go (FetchIsolation)."""
     LOG_END = "log_end"                  # followers: up to the LEO
     HIGH_WATERMARK = "high_watermark"    # read_uncommitted consumers: up to the HW
-    TXN_COMMITTED = "txn_committed"      # read_committed consumers: up to the LSO (= HW here)
+    TXN_COMMITTED = "txn_committed"      # read_committed consumers: up to the LSO
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,24 @@ class Log:
         log.events.emit("load", log.dir, report=loaded.report, log_end_offset=log.log_end_offset)
         if loaded.report.recovered_segments:
             log.events.emit("recover", log.dir, report=loaded.report)
+        if any(s.txn_index_needs_rebuild for s in log.segments):
+            log._rebuild_txn_indexes()
         return log
+
+    def _rebuild_txn_indexes(self) -> None:
+        """After recovery: replay the batches from the log start and re-append the aborted
+        transactions of the recovered segments (LogSegment.recover's updateTxnIndex). kstore
+        replays the whole log rather than from a snapshot, since the recovered segments need the
+        transactions opened before them."""
+        state = ProducerStateManager(None)
+        for segment in self.segments:
+            for batch in segment.log.batches():
+                done = state.update(batch)
+                if done is not None and done.is_aborted and segment.txn_index_needs_rebuild:
+                    segment.txn_index.append(AbortedTxn(done.producer_id, done.first_offset,
+                                                        done.last_offset,
+                                                        state.last_stable_offset_after(done)))
+            segment.txn_index_needs_rebuild = False
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -220,6 +242,8 @@ class Log:
                     if following is None or following.base_offset > start:
                         for batch in segment.log.batch_headers():
                             if batch.base_offset >= start:
+                                if batch.is_control:   # the marker's type is in its record
+                                    batch = next(segment.log.batches(batch.position))
                                 state.update(batch)
                 state.map_end_offset = self._next_offset
                 self._producer_state = state
@@ -310,6 +334,8 @@ class Log:
                 return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset,
                                      0, 0, Compression.NONE)
             buf = memoryview(buf)[:valid_bytes]  # drop a partial trailing batch (trimInvalidBytes)
+            if any(b.is_transactional for b in batches):
+                self.producer_state   # build it now: the append may open or close a transaction
             if assign_offsets and any(b.producer_id >= 0 for b in batches):
                 duplicate = self.producer_state.check_append(batches)
                 if duplicate is not None:   # a retry: answer with the first append's offsets
@@ -340,7 +366,9 @@ class Log:
             self._next_offset = info.last_offset + 1
             if self._producer_state is not None:
                 for batch in batches:
-                    self._producer_state.update(batch)
+                    done = self._producer_state.update(batch)
+                    if done is not None:
+                        self._complete_txn(segment, done)
             if self.single_replica:
                 self.update_high_watermark(self._next_offset)
             if self.unflushed_messages >= self.config.flush_messages or \
@@ -355,6 +383,42 @@ class Log:
                                  offset=info.last_offset, position=segment.size - len(buf))
         self.scheduler.run_due()
         return info if not rolled else _replace(info, rolled=True)
+
+    def _complete_txn(self, segment: LogSegment, done: CompletedTxn) -> None:
+        """A marker closed a transaction: an aborted one gets its `.txnindex` entry in the
+        segment holding the marker (UnifiedLog.updateTxnIndex via LogSegment.updateTxnIndex)."""
+        if done.is_aborted:
+            segment.txn_index.append(AbortedTxn(
+                done.producer_id, done.first_offset, done.last_offset,
+                self._producer_state.last_stable_offset_after(done)))
+        self.events.emit("txn_marker", self.dir, producer_id=done.producer_id,
+                         first_offset=done.first_offset, marker_offset=done.last_offset,
+                         aborted=done.is_aborted)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: below it every transaction is decided (min of the HW and the first unstable
+        offset); read_committed consumers read up to here."""
+        with self._lock:
+            first = self.producer_state.first_unstable_offset(self._high_watermark)
+            return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                                     ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper bound), from the `.txnindex` files
+        of the segment holding `start` onwards (UnifiedLog.collectAbortedTransactions)."""
+        with self._lock:
+            found: list[AbortedTxn] = []
+            first = self.floor_segment(start_offset)
+            for segment in self.segments:
+                if first is not None and segment.base_offset < first.base_offset:
+                    continue
+                entries, complete = segment.txn_index.collect_aborted(start_offset,
+                                                                      upper_bound_offset)
+                found.extend(entries)
+                if complete:
+                    break
+            return found
 
     def _analyze_and_validate(self, buf: bytearray, from_client: bool) -> list[RecordBatch]:
         """Check each batch's size, CRC and contents (UnifiedLog.analyzeAndValidateRecords and
@@ -504,8 +568,10 @@ class Log:
                     f"we only have log segments starting from offset: {self._log_start_offset}")
             if isolation == Isolation.LOG_END:
                 bound = self._next_offset
-            elif isolation in (Isolation.HIGH_WATERMARK, Isolation.TXN_COMMITTED):
+            elif isolation == Isolation.HIGH_WATERMARK:
                 bound = self._high_watermark
+            elif isolation == Isolation.TXN_COMMITTED:
+                bound = self.last_stable_offset
             else:
                 raise ValueError(f"unknown isolation {isolation!r}")
             segment = self.floor_segment(start_offset)
@@ -552,16 +618,33 @@ class Log:
 
     def records(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END) -> list[Record]:
         """Every record from `start_offset` (default: log start) to the bound, across fetches."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        return [r for b in self.batches(offset, isolation) if not b.is_control
+                for r in b.records() if r.offset >= offset]
+
+    def committed_records(self, start_offset: int | None = None) -> list[Record]:
+        """What a read_committed consumer ends up with: the records below the LSO, less those of
+        aborted transactions, which the consumer drops using the fetch's aborted-transactions
+        list (Kafka's consumer does this on the client side)."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        aborted = self.collect_aborted_transactions(offset, self.last_stable_offset)
         out: list[Record] = []
+        for b in self.batches(offset, Isolation.TXN_COMMITTED):
+            if b.is_control or (b.is_transactional and any(
+                    a.producer_id == b.producer_id and a.first_offset <= b.base_offset <= a.last_offset
+                    for a in aborted)):
+                continue
+            out.extend(r for r in b.records() if r.offset >= offset)
+        return out
+
+    def batches(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END):
+        """Every batch (control batches included) from the one holding `start_offset` to the bound."""
         offset = self._log_start_offset if start_offset is None else start_offset
         while True:
-            fetch = self.read(offset, 1024 * 1024, isolation)
-            batches = fetch.batches()
+            batches = self.read(offset, 1024 * 1024, isolation).batches()
             if not batches:
-                return out
-            for b in batches:
-                if not b.is_control:
-                    out.extend(r for r in b.records() if r.offset >= offset)
+                return
+            yield from batches
             offset = batches[-1].next_offset
 
     # ------------------------------------------------------------------ timestamps

@@ -24,8 +24,14 @@ and replays the batch headers above it. Producers idle for `producer.id.expirati
 it in memory until it expires); snapshots at or below the log start offset are deleted, so after a
 restart a producer known only from deleted data is unknown again.
 
-kstore differs from Kafka: no transactions (no ongoing-transaction tracking, no coordinator epoch
-checks); transactional batches are treated as idempotent ones.
+Transactions: the first offset of each producer's ongoing transaction is tracked (a transactional
+data batch opens one, a COMMIT/ABORT marker closes it: `update` then returns the `CompletedTxn`).
+The smallest such first offset, with those of completed transactions whose marker is not yet below
+the high watermark, is the *first unstable offset*; the log's last stable offset (LSO) is the
+smaller of it and the HW. Snapshots keep the ongoing transaction's first offset (the
+`current_txn_first_offset` field), and producers with an open transaction never expire.
+
+kstore differs from Kafka: markers are not checked against the coordinator epoch.
 """
 
 from __future__ import annotations
@@ -35,8 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
-from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordBatch,
-                      decrement_sequence)
+from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ControlRecordType,
+                      RecordBatch, decrement_sequence)
 from . import producer_snapshot
 
 NUM_BATCHES_TO_RETAIN = 5                 # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
@@ -102,6 +108,15 @@ class ProducerEntry:
                        last_timestamp=batch.timestamp)
 
 
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction closed by a marker (Kafka's CompletedTxn): first data offset, marker offset."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 def in_sequence(last_seq: int, next_seq: int) -> bool:
     """`next_seq` follows `last_seq`; after Int.MaxValue comes 0."""
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
@@ -144,6 +159,8 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0           # the state covers batches below this offset
+        self._ongoing: dict[int, int] = {}            # producer id -> first offset of its open txn
+        self._unreplicated: list[CompletedTxn] = []   # completed, marker not yet below the HW
 
     # ---- appends
     def check_append(self, batches: Iterable[RecordBatch]) -> BatchMetadata | None:
@@ -153,8 +170,8 @@ class ProducerStateManager:
         pending: dict[int, ProducerEntry | None] = {}
         for batch in batches:
             pid = batch.producer_id
-            if pid == NO_PRODUCER_ID or batch.is_control:   # markers come from coordinators
-                continue
+            if pid == NO_PRODUCER_ID or batch.is_control or batch.base_sequence == NO_SEQUENCE:
+                continue   # markers and transactional offset commits come from coordinators
             entry = pending[pid] if pid in pending else self._producers.get(pid)
             outcome, cached = decide(entry, batch.producer_epoch, batch.base_sequence,
                                      batch.last_sequence)
@@ -176,22 +193,52 @@ class ProducerStateManager:
             pending[pid] = base.with_batch(batch.producer_epoch, _metadata(batch))
         return None
 
-    def update(self, batch: RecordBatch) -> None:
-        """Apply a batch that is in the log (after a leader append, on a follower, when loading)."""
+    def update(self, batch: RecordBatch) -> CompletedTxn | None:
+        """Apply a batch that is in the log (after a leader append, on a follower, when loading).
+        A control batch must be read whole (its record key says COMMIT or ABORT); the transaction
+        it closes is returned."""
         self.map_end_offset = max(self.map_end_offset, batch.next_offset)
         pid = batch.producer_id
         if pid == NO_PRODUCER_ID:
-            return
+            return None
         entry = self._producers.get(pid) or ProducerEntry(pid)
         if batch.is_control:
             # a transaction marker: the producer's epoch and time, no data batch to cache
             self._producers[pid] = replace(entry, producer_epoch=batch.producer_epoch,
                                            last_timestamp=batch.max_timestamp)
-        else:
-            self._producers[pid] = entry.with_batch(batch.producer_epoch, _metadata(batch))
+            kind = batch.control_record_type()
+            if kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                return None
+            first = self._ongoing.pop(pid, batch.base_offset)
+            done = CompletedTxn(pid, first, batch.base_offset, kind == ControlRecordType.ABORT)
+            self._unreplicated.append(done)
+            return done
+        self._producers[pid] = entry.with_batch(batch.producer_epoch, _metadata(batch))
+        if batch.is_transactional and pid not in self._ongoing:
+            self._ongoing[pid] = batch.base_offset
+        return None
+
+    # ---- transactions
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction not yet decided below the HW (or None)."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        firsts = list(self._ongoing.values()) + [t.first_offset for t in self._unreplicated]
+        return min(firsts) if firsts else None
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO recorded with an aborted transaction: the next open transaction's first offset,
+        else just past the marker (ProducerStateManager.lastStableOffset)."""
+        others = [first for pid, first in self._ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     def rebuild(self, batches: Iterable[RecordBatch]) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         for batch in batches:
             self.update(batch)
 
@@ -211,7 +258,8 @@ class ProducerStateManager:
 
     def remove_expired(self, now_ms: int) -> list[int]:
         """Forget producers idle for producer.id.expiration.ms (removeExpiredProducers)."""
-        expired = [pid for pid, e in self._producers.items() if self.is_expired(e, now_ms)]
+        expired = [pid for pid, e in self._producers.items()
+                   if self.is_expired(e, now_ms) and pid not in self._ongoing]
         for pid in expired:
             del self._producers[pid]
         return expired
@@ -237,8 +285,9 @@ class ProducerStateManager:
         path = producer_snapshot.snapshot_path(self.dir, offset)
         if os.path.exists(path):
             return None
-        producer_snapshot.write_snapshot_file(path, [self._snapshot_entry(e)
-                                                     for e in self._producers.values()])
+        producer_snapshot.write_snapshot_file(
+            path, [self._snapshot_entry(e, self._ongoing.get(e.producer_id, -1))
+                   for e in self._producers.values()])
         return path
 
     def delete_snapshots(self, keep) -> list[int]:
@@ -256,6 +305,8 @@ class ProducerStateManager:
         corrupt one is deleted and the next older tried), skipping expired producers. Returns the
         offset the log must be replayed from (truncateAndReload + loadFromSnapshot)."""
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         self.delete_snapshots(lambda o: log_start_offset < o <= log_end_offset)
         for offset in reversed(self.snapshot_offsets()):
             path = producer_snapshot.snapshot_path(self.dir, offset)
@@ -267,7 +318,9 @@ class ProducerStateManager:
                 continue
             for e in entries:
                 entry = self._from_snapshot(e)
-                if not self.is_expired(entry, now_ms):
+                if e.current_txn_first_offset >= 0:
+                    self._ongoing[entry.producer_id] = e.current_txn_first_offset
+                if not self.is_expired(entry, now_ms) or e.current_txn_first_offset >= 0:
                     self._producers[entry.producer_id] = entry
             self.map_end_offset = offset
             return offset
@@ -275,12 +328,13 @@ class ProducerStateManager:
         return log_start_offset
 
     @staticmethod
-    def _snapshot_entry(e: ProducerEntry) -> producer_snapshot.ProducerSnapshotEntry:
+    def _snapshot_entry(e: ProducerEntry, txn_first_offset: int = -1
+                        ) -> producer_snapshot.ProducerSnapshotEntry:
         last = e.batches[-1] if e.batches else None
         return producer_snapshot.ProducerSnapshotEntry(
             e.producer_id, e.producer_epoch, last.last_seq if last else NO_SEQUENCE,
             last.last_offset if last else -1, last.offset_delta if last else 0,
-            e.last_timestamp, e.coordinator_epoch, -1)
+            e.last_timestamp, e.coordinator_epoch, txn_first_offset)
 
     @staticmethod
     def _from_snapshot(s: producer_snapshot.ProducerSnapshotEntry) -> ProducerEntry:

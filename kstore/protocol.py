@@ -5,7 +5,8 @@ What this module owns: the bytes of every request and response kstore's broker s
     ApiVersions v0-2, Metadata v0-8, Produce v3-8, Fetch v4-11, ListOffsets v1-5,
     FindCoordinator v0-2, OffsetCommit v2-7, OffsetFetch v1-5, InitProducerId v0-1,
     OffsetForLeaderEpoch v0-3, JoinGroup v0-5, SyncGroup v0-3, Heartbeat v0-3, LeaveGroup v0-3,
-    DescribeGroups v0-4, DeleteGroups v0-1, OffsetDelete v0,
+    DescribeGroups v0-4, DeleteGroups v0-1, OffsetDelete v0, AddPartitionsToTxn v0-2,
+    AddOffsetsToTxn v0-2, EndTxn v0-2, WriteTxnMarkers v0, TxnOffsetCommit v0-2,
 
 plus the request header (v1, and v2 far enough to answer a too-new ApiVersions request) and the
 response header v0. It mirrors three parts of Kafka's client library:
@@ -67,6 +68,8 @@ API_KEYS: dict[str, int] = {
     "CreatePartitions": 37,
     "JoinGroup": 11, "Heartbeat": 12, "LeaveGroup": 13, "SyncGroup": 14, "DescribeGroups": 15,
     "DeleteGroups": 42, "OffsetDelete": 47,
+    "AddPartitionsToTxn": 24, "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
+    "TxnOffsetCommit": 28,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
@@ -77,6 +80,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
     # the classic consumer group protocol (kstore.group_membership)
     11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1), 47: (0, 0),
+    # transactions (kstore.transaction_apis)
+    24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2),
 }
 
 # First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
@@ -84,6 +89,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 FLEXIBLE_FROM: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4, 16: 3, 19: 5, 32: 4, 37: 2,
     11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 42: 2, 47: 32767,
+    24: 3, 25: 3, 26: 3, 27: 1, 28: 3,
 }
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
@@ -621,6 +627,85 @@ _OFFSET_DELETE_RESPONSE = (
         F("error_code", "int16", "0+"))),
 )
 
+# ---- transactions (AddPartitionsToTxn.json, AddOffsetsToTxn.json, EndTxn.json, ...)
+
+_ADD_PARTITIONS_TO_TXN_REQUEST = (
+    F("v3_and_below_transactional_id", "string", "0-3"),
+    F("v3_and_below_producer_id", "int64", "0-3"),
+    F("v3_and_below_producer_epoch", "int16", "0-3"),
+    F("v3_and_below_topics", "[]AddPartitionsToTxnTopic", "0-3",
+      F("name", "string", "0+"),
+      F("partitions", "[]int32", "0+")),
+)
+_ADD_PARTITIONS_TO_TXN_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", "0-3",
+      F("name", "string", "0+"),
+      F("results_by_partition", "[]AddPartitionsToTxnPartitionResult", "0+",
+        F("partition_index", "int32", "0+"),
+        F("partition_error_code", "int16", "0+"))),
+)
+_ADD_OFFSETS_TO_TXN_REQUEST = (
+    F("transactional_id", "string", "0+"),
+    F("producer_id", "int64", "0+"),
+    F("producer_epoch", "int16", "0+"),
+    F("group_id", "string", "0+"),
+)
+_ADD_OFFSETS_TO_TXN_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("error_code", "int16", "0+"),
+)
+_END_TXN_REQUEST = (
+    F("transactional_id", "string", "0+"),
+    F("producer_id", "int64", "0+"),
+    F("producer_epoch", "int16", "0+"),
+    F("committed", "bool", "0+"),
+)
+_END_TXN_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("error_code", "int16", "0+"),
+)
+_WRITE_TXN_MARKERS_REQUEST = (
+    F("markers", "[]WritableTxnMarker", "0+",
+      F("producer_id", "int64", "0+"),
+      F("producer_epoch", "int16", "0+"),
+      F("transaction_result", "bool", "0+"),
+      F("topics", "[]WritableTxnMarkerTopic", "0+",
+        F("name", "string", "0+"),
+        F("partition_indexes", "[]int32", "0+")),
+      F("coordinator_epoch", "int32", "0+")),
+)
+_WRITE_TXN_MARKERS_RESPONSE = (
+    F("markers", "[]WritableTxnMarkerResult", "0+",
+      F("producer_id", "int64", "0+"),
+      F("topics", "[]WritableTxnMarkerTopicResult", "0+",
+        F("name", "string", "0+"),
+        F("partitions", "[]WritableTxnMarkerPartitionResult", "0+",
+          F("partition_index", "int32", "0+"),
+          F("error_code", "int16", "0+")))),
+)
+_TXN_OFFSET_COMMIT_REQUEST = (
+    F("transactional_id", "string", "0+"),
+    F("group_id", "string", "0+"),
+    F("producer_id", "int64", "0+"),
+    F("producer_epoch", "int16", "0+"),
+    F("topics", "[]TxnOffsetCommitRequestTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]TxnOffsetCommitRequestPartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("committed_offset", "int64", "0+"),
+        F("committed_leader_epoch", "int32", "2+", default=-1),
+        F("committed_metadata", "string", "0+", nullable="0+"))),
+)
+_TXN_OFFSET_COMMIT_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("topics", "[]TxnOffsetCommitResponseTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]TxnOffsetCommitResponsePartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("error_code", "int16", "0+"))),
+)
+
 _DEFINITIONS = {
     "Produce": (_PRODUCE_REQUEST, _PRODUCE_RESPONSE),
     "Fetch": (_FETCH_REQUEST, _FETCH_RESPONSE),
@@ -643,6 +728,11 @@ _DEFINITIONS = {
     "DescribeGroups": (_DESCRIBE_GROUPS_REQUEST, _DESCRIBE_GROUPS_RESPONSE),
     "DeleteGroups": (_DELETE_GROUPS_REQUEST, _DELETE_GROUPS_RESPONSE),
     "OffsetDelete": (_OFFSET_DELETE_REQUEST, _OFFSET_DELETE_RESPONSE),
+    "AddPartitionsToTxn": (_ADD_PARTITIONS_TO_TXN_REQUEST, _ADD_PARTITIONS_TO_TXN_RESPONSE),
+    "AddOffsetsToTxn": (_ADD_OFFSETS_TO_TXN_REQUEST, _ADD_OFFSETS_TO_TXN_RESPONSE),
+    "EndTxn": (_END_TXN_REQUEST, _END_TXN_RESPONSE),
+    "WriteTxnMarkers": (_WRITE_TXN_MARKERS_REQUEST, _WRITE_TXN_MARKERS_RESPONSE),
+    "TxnOffsetCommit": (_TXN_OFFSET_COMMIT_REQUEST, _TXN_OFFSET_COMMIT_RESPONSE),
 }
 _KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 

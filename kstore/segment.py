@@ -6,10 +6,12 @@ before the first message". The segment decides when to add a sparse index entry
 (`index.interval.bytes`), whether the next append must go to a new segment (`should_roll`), how
 to find an offset or a timestamp, and how to rebuild itself after a crash (`recover`).
 
-kstore differs from Kafka in two small ways, both on purpose: there is no `.txnindex` (kstore has
-no transaction coordinator; transaction markers are still stored and skipped by readers), and a
-missing or insane `.timeindex` triggers a rebuild just like a missing `.index` (Kafka rebuilds only
-for the offset index, or for segments above the recovery point).
+The fourth file, `.txnindex` (`transaction_index`), lists the transactions aborted in this segment;
+like Kafka's, it exists only once a segment holds an ABORT marker.
+
+kstore differs from Kafka in one small way, on purpose: a missing or insane `.timeindex` triggers a
+rebuild just like a missing `.index` (Kafka rebuilds only for the offset index, or for segments
+above the recovery point).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .errors import (CorruptIndexError, CorruptRecordError, InvalidRecordError,
 from .file_records import FileRecords, FileSlice, LogOffsetPosition
 from .index import INT32_MAX, LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 from .records import CURRENT_MAGIC, RecordBatch
+from .transaction_index import TransactionIndex
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX = ".log", ".index", ".timeindex", ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -111,6 +114,9 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp: int | None = None
         self._max_ts_so_far: TimestampOffset | None = None  # lazily from the time index
+        stem, _, suffix = log.path.rpartition(LOG_SUFFIX)   # e.g. ".cleaned" after ".log"
+        self.txn_index = TransactionIndex(stem + TXN_INDEX_SUFFIX + suffix, base_offset)
+        self.txn_index_needs_rebuild = self.txn_index.corrupt   # the log refills it on open
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -161,7 +167,10 @@ class LogSegment:
         return int(os.path.getmtime(self.log.path) * 1000)
 
     def file_names(self) -> list[str]:
-        return [os.path.basename(p) for p in (self.log.path, self.offset_index.path, self.time_index.path)]
+        paths = [self.log.path, self.offset_index.path, self.time_index.path]
+        if self.txn_index.exists():
+            paths.append(self.txn_index.path)
+        return [os.path.basename(p) for p in paths]
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
@@ -303,6 +312,7 @@ class LogSegment:
         had_timestamps = self.max_timestamp_so_far >= 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
         bytes_truncated = 0 if mapping is None else self.log.truncate_to(mapping.position)
@@ -329,6 +339,8 @@ class LogSegment:
         bad batch. Returns the number of bytes truncated (LogSegment.recover)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()            # refilled by the log, which knows the open transactions
+        self.txn_index_needs_rebuild = True
         valid_bytes = 0
         last_index_entry = 0
         self._max_ts_so_far = TimestampOffset(-1, self.base_offset)
@@ -422,7 +434,7 @@ class LogSegment:
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename all files of the segment, e.g. '' → '.deleted' (LogSegment.changeFileSuffixes)."""
-        for f in (self.log, self.offset_index, self.time_index):
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
             path = f.path
             base = path[:-len(old_suffix)] if old_suffix and path.endswith(old_suffix) else path
             f.rename_to(base + new_suffix)
@@ -434,6 +446,7 @@ class LogSegment:
         self.log.delete()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, file={self.log.file_name()})"

@@ -41,10 +41,10 @@ from .group_apis import GroupApis, client_host
 from .group_coordinator import OffsetAndMetadata, java_length
 from .log import Isolation
 from .topic import validate_topic_name
+from .transaction_apis import TransactionApis
 
 API = P.API_KEYS
 E = P.ERRORS
-TRANSACTIONS_UNSUPPORTED = E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]   # see _init_producer_id
 log = logging.getLogger("kstore.server")
 # accept() errors that mean "out of descriptors or memory now", not "this client failed"
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -63,7 +63,7 @@ class ServerStats:
     accept_errors: int = 0             # accept() out of descriptors / memory
 
 
-class KafkaServer(AdminApis, GroupApis):
+class KafkaServer(AdminApis, GroupApis, TransactionApis):
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int | None = None,
                  idle_timeout_s: float | None = None, advertised_host: str | None = None):
@@ -155,6 +155,9 @@ class KafkaServer(AdminApis, GroupApis):
                 self.broker.replica_manager.check_purgatory()
                 if self.broker._coordinator is not None:   # session and rebalance timers
                     self.broker._coordinator.membership.tick()
+                txn = self.broker._txn_coordinator
+                if txn is not None and txn.abort_check_due():   # transaction timeouts
+                    await asyncio.get_running_loop().run_in_executor(None, txn.abort_timed_out)
             except Exception:
                 pass
             await asyncio.sleep(0.05)
@@ -355,7 +358,7 @@ class KafkaServer(AdminApis, GroupApis):
                 API["CreateTopics"]: self._create_topics,
                 API["CreatePartitions"]: self._create_partitions,
                 API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
-                **self._group_handlers()}
+                **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs
     async def _api_versions(self, version, body, header) -> dict:
@@ -486,7 +489,8 @@ class KafkaServer(AdminApis, GroupApis):
         return any(p["error_code"] for t in responses for p in t["partitions"])
 
     def _read_fetch(self, body) -> tuple[list, int]:
-        isolation = Isolation.HIGH_WATERMARK
+        read_committed = body.get("isolation_level", 0) == 1
+        isolation = Isolation.TXN_COMMITTED if read_committed else Isolation.HIGH_WATERMARK
         remaining = body.get("max_bytes", 52428800)
         replica_id = body.get("replica_id", -1)
         total, first_with_data = 0, True
@@ -505,8 +509,14 @@ class KafkaServer(AdminApis, GroupApis):
                     log = self.broker.leader_log(topic["topic"], fp["partition"])
                     limit = min(fp["partition_max_bytes"], remaining)
                     data = log.read(fp["fetch_offset"], limit, isolation, min_one_message=first_with_data)
-                    entry["high_watermark"] = entry["last_stable_offset"] = log.high_watermark
+                    entry["high_watermark"] = log.high_watermark
+                    entry["last_stable_offset"] = log.last_stable_offset
                     entry["log_start_offset"] = log.log_start_offset
+                    if read_committed:   # the client drops these producers' aborted records
+                        entry["aborted_transactions"] = [
+                            {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                            for t in log.collect_aborted_transactions(
+                                fp["fetch_offset"], entry["last_stable_offset"])]
                     if data.records is not None and data.records.size > 0:
                         entry["records"] = data.records
                         total += data.records.size
@@ -545,7 +555,8 @@ class KafkaServer(AdminApis, GroupApis):
                                            else log.log_start_offset)
                         parts.append(entry)
                         continue
-                    found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"])
+                    found = self.broker.list_offsets(topic["name"], lp["partition_index"], lp["timestamp"],
+                                                     read_committed=body.get("isolation_level") == 1)
                     entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                     entry["leader_epoch"] = -1 if found.leader_epoch is None else found.leader_epoch
                 except (KStoreError, ValueError) as e:   # ValueError: an unknown negative
@@ -555,13 +566,17 @@ class KafkaServer(AdminApis, GroupApis):
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def _find_coordinator(self, version, body, header) -> dict:
-        """The leader of the group's `__consumer_offsets` partition coordinates the group."""
-        coordinator = self.broker.group_coordinator   # creates __consumer_offsets on first use
+        """The leader of the group's `__consumer_offsets` partition coordinates the group; key
+        type 1: the leader of the transactional id's `__transaction_state` partition."""
+        if body.get("key_type", 0) == 1:
+            coordinator = self.broker.transaction_coordinator   # creates __transaction_state
+        else:
+            coordinator = self.broker.group_coordinator   # creates __consumer_offsets on first use
         node_id = coordinator.coordinator_for(body.get("key", ""))
         brokers = {b["node_id"]: b for b in self._broker_list()}
         if node_id not in brokers:
             return {"throttle_time_ms": 0, "error_code": E["COORDINATOR_NOT_AVAILABLE"],
-                    "error_message": "the group's offsets partition has no leader",
+                    "error_message": "the coordinator's partition has no leader",
                     "node_id": -1, "host": "", "port": -1}
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node_id,
                 "host": brokers[node_id]["host"], "port": brokers[node_id]["port"]}
@@ -572,25 +587,7 @@ class KafkaServer(AdminApis, GroupApis):
         retention = body.get("retention_time_ms", -1)
         now = self.broker.clock.milliseconds()
         expire = now + retention if retention is not None and retention >= 0 else None
-        topics, valid = [], {}
-        for topic in body["topics"]:
-            parts = []
-            for cp in topic["partitions"]:
-                entry = {"partition_index": cp["partition_index"], "error_code": 0}
-                parts.append(entry)
-                tp = (topic["name"], cp["partition_index"])
-                try:
-                    self.broker.get_log(*tp)
-                except KStoreError as e:
-                    entry["error_code"] = error_code(e)
-                    continue
-                metadata = cp.get("committed_metadata") or ""
-                if java_length(metadata) > coordinator.config.offset_metadata_max_bytes:
-                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
-                    continue
-                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
-                                              cp.get("committed_leader_epoch", -1))
-            topics.append({"name": topic["name"], "partitions": parts})
+        topics, valid = self._commit_entries(body["topics"])
         member_error = None if not group else coordinator.membership.validate_commit(
             group, body.get("generation_id_or_member_epoch", -1), body.get("member_id", ""),
             body.get("group_instance_id"))
@@ -616,6 +613,31 @@ class KafkaServer(AdminApis, GroupApis):
                         if (t["name"], p["partition_index"]) in valid:
                             p["error_code"] = error_code(e)
         return {"throttle_time_ms": 0, "topics": topics}
+
+    def _commit_entries(self, requested: list) -> tuple[list, dict]:
+        """The per-partition answers of an (Txn)OffsetCommit with the partition and metadata
+        checks done, and the offsets that passed them."""
+        limit = self.broker.group_coordinator.config.offset_metadata_max_bytes
+        topics, valid = [], {}
+        for topic in requested:
+            parts = []
+            for cp in topic["partitions"]:
+                entry = {"partition_index": cp["partition_index"], "error_code": 0}
+                parts.append(entry)
+                tp = (topic["name"], cp["partition_index"])
+                try:
+                    self.broker.get_log(*tp)
+                except KStoreError as e:
+                    entry["error_code"] = error_code(e)
+                    continue
+                metadata = cp.get("committed_metadata") or ""
+                if java_length(metadata) > limit:
+                    entry["error_code"] = E["OFFSET_METADATA_TOO_LARGE"]
+                    continue
+                valid[tp] = OffsetAndMetadata(cp["committed_offset"], metadata,
+                                              cp.get("committed_leader_epoch", -1))
+            topics.append({"name": topic["name"], "partitions": parts})
+        return topics, valid
 
     async def _offset_fetch(self, version, body, header) -> dict:
         coordinator = self.broker.group_coordinator
@@ -643,11 +665,7 @@ class KafkaServer(AdminApis, GroupApis):
 
     async def _init_producer_id(self, version, body, header) -> dict:
         if body.get("transactional_id") is not None:
-            # kstore has no transaction coordinator yet. Both librdkafka and kafka-python raise
-            # this code at once from init_transactions(); UNSUPPORTED_VERSION or INVALID_REQUEST
-            # would have librdkafka retry until its timeout.
-            return {"throttle_time_ms": 0, "error_code": TRANSACTIONS_UNSUPPORTED,
-                    "producer_id": -1, "producer_epoch": -1}
+            return await self._init_transactional_producer_id(version, body)
         return {"throttle_time_ms": 0, "error_code": 0,
                 "producer_id": self.broker.allocate_producer_id(), "producer_epoch": 0}
 

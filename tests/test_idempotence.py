@@ -1,5 +1,5 @@
 """Idempotent producers on the wire: the Produce checks answered with Kafka's error codes, one
-batch per partition, InitProducerId, and unmodified librdkafka (confluent-kafka) and kafka-python
+batch per partition, InitProducerId (transactions: test_transactions.py), and unmodified librdkafka (confluent-kafka) and kafka-python
 producers through a proxy that loses Produce responses after the broker appended: no duplicate,
 no gap, order kept, on one broker and across a leader failover in a 3-broker cluster."""
 
@@ -13,7 +13,6 @@ import confluent_kafka as ck
 import confluent_kafka.admin  # noqa: F401  (ck.admin)
 import pytest
 from kafka import KafkaProducer
-from kafka.errors import TransactionalIdAuthorizationFailedError
 
 from kstore import Record
 from kstore import protocol as P
@@ -109,29 +108,6 @@ def test_producer_ids_are_unique_and_never_reused_after_a_restart(tmp_path):
         server.stop()
         broker.shutdown()
     assert ids[:3] == [0, 1, 2] and len(set(ids)) == 6 and min(ids[3:]) >= 1000
-
-
-def test_transactional_init_fails_at_once_with_a_readable_error(broker_server):
-    """No transactions yet: librdkafka and kafka-python raise from init_transactions() at once
-    (a retriable code would have them retry until their timeout)."""
-    broker, server = broker_server
-    bootstrap = f"127.0.0.1:{server.port}"
-    with closing(KafkaConnection("127.0.0.1", server.port)) as conn:
-        assert init_producer_id(conn, "tx")["error_code"] == E["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx",
-                            "log_level": 0})
-    started = time.monotonic()
-    with pytest.raises(ck.KafkaException) as raised:
-        producer.init_transactions(30)
-    assert raised.value.args[0].fatal()
-    assert "Transactional Id authorization failed" in raised.value.args[0].str()
-    assert time.monotonic() - started < 20
-    kp = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="tx2")
-    try:
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
-            kp.init_transactions()
-    finally:
-        kp.close(timeout=5)
 
 
 def test_a_killed_and_a_cleanly_stopped_broker_still_recognise_retries(tmp_path, serve_processes):

@@ -48,8 +48,12 @@ from kafka.protocol.old import (admin as old_admin, api_versions as old_api_vers
                                 list_offsets as old_list_offsets, metadata as old_metadata,
                                 offset_for_leader_epoch as old_offset_for_leader_epoch,
                                 produce as old_produce)
-from kafka.protocol.producer import (InitProducerIdRequest, InitProducerIdResponse,
-                                     ProduceRequest, ProduceResponse)
+from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse,
+                                     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+                                     EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+                                     InitProducerIdResponse, ProduceRequest, ProduceResponse,
+                                     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+                                     WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
 from helpers import T0, records
 from kstore import protocol as p
@@ -80,6 +84,11 @@ KP = {  # kafka-python's JSON-generated classes: (request, response)
     15: (DescribeGroupsRequest, DescribeGroupsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     47: (OffsetDeleteRequest, OffsetDeleteResponse),
+    24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    26: (EndTxnRequest, EndTxnResponse),
+    27: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
 }
 OLD = {  # kafka-python's hand-written Struct classes, lists indexed by version
     0: (old_produce.ProduceRequest, old_produce.ProduceResponse),
@@ -112,7 +121,7 @@ EXPECTED_SUPPORTED = {18: (0, 2), 3: (0, 8), 0: (3, 8), 1: (4, 11), 2: (1, 5), 1
                       8: (2, 7), 9: (1, 5), 22: (0, 1), 23: (0, 3),
                       16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
                       11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1),
-                      47: (0, 0)}
+                      47: (0, 0), 24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2)}
 
 CASES = [(key, v) for key, (lo, hi) in sorted(EXPECTED_SUPPORTED.items()) for v in range(lo, hi + 1)]
 CASE_IDS = [f"{p.API_NAMES[k]}-v{v}" for k, v in CASES]
@@ -315,6 +324,32 @@ SAMPLES.update({
                                           {"partition_index": 3, "error_code": 0}]}]}),
 })
 
+# the transaction APIs
+SAMPLES.update({
+    24: ({"v3_and_below_transactional_id": "tx-ü", "v3_and_below_producer_id": 4000,
+          "v3_and_below_producer_epoch": 3,
+          "v3_and_below_topics": [{"name": "t", "partitions": [0, 2]}, {"name": "u", "partitions": []}]},
+         {"throttle_time_ms": 5, "results_by_topic_v3_and_below": [
+             {"name": "t", "results_by_partition": [{"partition_index": 0, "partition_error_code": 0},
+                                                    {"partition_index": 2, "partition_error_code": 51}]}]}),
+    25: ({"transactional_id": "tx-ü", "producer_id": 4000, "producer_epoch": 3, "group_id": "grp-€"},
+         {"throttle_time_ms": 5, "error_code": 90}),
+    26: ({"transactional_id": "tx-ü", "producer_id": 4000, "producer_epoch": 3, "committed": True},
+         {"throttle_time_ms": 5, "error_code": 48}),
+    27: ({"markers": [{"producer_id": 4000, "producer_epoch": 3, "transaction_result": False,
+                       "topics": [{"name": "t", "partition_indexes": [1, 0]}], "coordinator_epoch": 7}]},
+         {"markers": [{"producer_id": 4000, "topics": [{"name": "t", "partitions": [
+             {"partition_index": 1, "error_code": 0}, {"partition_index": 0, "error_code": 6}]}]}]}),
+    28: ({"transactional_id": "tx-ü", "group_id": "grp-€", "producer_id": 4000, "producer_epoch": 3,
+          "topics": [{"name": "t", "partitions": [
+              {"partition_index": 0, "committed_offset": 77, "committed_leader_epoch": 2,
+               "committed_metadata": "m-😀"},
+              {"partition_index": 1, "committed_offset": 5, "committed_leader_epoch": -1,
+               "committed_metadata": None}]}]},
+         {"throttle_time_ms": 5, "topics": [{"name": "t", "partitions": [
+             {"partition_index": 0, "error_code": 0}, {"partition_index": 1, "error_code": 47}]}]}),
+})
+
 
 # ---- helpers over kafka-python's schema objects ----
 
@@ -459,7 +494,9 @@ def test_supported_versions_are_the_ones_the_broker_advertises():
                           "ListGroups": 16, "CreateTopics": 19, "DescribeConfigs": 32,
                           "CreatePartitions": 37, "JoinGroup": 11, "Heartbeat": 12,
                           "LeaveGroup": 13, "SyncGroup": 14, "DescribeGroups": 15,
-                          "DeleteGroups": 42, "OffsetDelete": 47}
+                          "DeleteGroups": 42, "OffsetDelete": 47, "AddPartitionsToTxn": 24,
+                          "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
+                          "TxnOffsetCommit": 28}
     assert p.API_NAMES == {key: name for name, key in p.API_KEYS.items()}
 
 

@@ -636,3 +636,68 @@ def zero_copy(fetch_range: Callable | None = None, send_range: Callable | None =
             return send_range(_Fd(sock_fd), self.file.fd, self.position + offset, count)
         patches.append(Patch(FileSlice, "send_to", send_to))
     return patches
+
+
+@dataclass
+class ServedFetches:
+    """What `kafka_python_through` saw: the values produced and consumed, and the plugged calls."""
+    produced: list[str]
+    consumed: list[str]
+    calls: list[tuple[int, int, Any]]        # (start, end, what the fetch sender returned)
+    error: str | None                        # what the consumer raised, if it did
+
+    def summary(self) -> str:
+        """What went wrong, in one clause (for `Demo.expect` and the tests' feedback)."""
+        if self.error:
+            return f"the consumer failed after {len(self.consumed)} records: {self.error}"
+        wrong = next((i for i, (a, b) in enumerate(zip(self.consumed, self.produced)) if a != b), None)
+        if wrong is not None:
+            return f"record #{wrong} came back as {self.consumed[wrong]!r}, not {self.produced[wrong]!r}"
+        return f"the consumer read {len(self.consumed)} of {len(self.produced)} records before giving up"
+
+
+def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
+                         fetch_bytes: int = 2048, timeout_s: float = 15.0) -> ServedFetches:
+    """Ch. 12's capstone: a broker on 127.0.0.1 (a `KafkaServer` on a free port) whose Fetch
+    responses send their file slices with `fetch_sender(sock, file_fd, start, end)`; kafka-python's
+    KafkaProducer writes `records` values and a KafkaConsumer (small fetches, so record batches are
+    cut at the end of many responses) reads them back through it."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from ..broker import Broker
+    from ..server import KafkaServer
+    calls: list[tuple[int, int, Any]] = []
+
+    def sender(sock, file_fd, start, end):
+        result = fetch_sender(sock, file_fd, start, end)
+        calls.append((start, end, result))
+        return result
+
+    produced = [f"reading {i:04d} " + "·" * (i % 40) for i in range(records)]
+    consumed: list[str] = []
+    error = None
+    broker = Broker(f"{root}/logs", config={"num.partitions": 1})
+    server = KafkaServer(broker, "127.0.0.1", 0, fetch_sender=sender).start_in_thread()
+    bootstrap = f"127.0.0.1:{server.port}"
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1024, linger_ms=5)
+        for value in produced:
+            producer.send("readings", value.encode())
+        producer.flush(timeout_s)
+        producer.close(timeout_s)
+        consumer = KafkaConsumer("readings", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 max_partition_fetch_bytes=fetch_bytes, fetch_max_bytes=fetch_bytes,
+                                 consumer_timeout_ms=int(timeout_s * 1000), request_timeout_ms=int(timeout_s * 1000) + 1000)
+        try:
+            for message in consumer:
+                consumed.append(message.value.decode(errors="replace"))
+                if len(consumed) >= len(produced):
+                    break
+        except Exception as e:                  # a corrupt response: kafka-python says why
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            consumer.close()
+    finally:
+        server.stop()
+        broker.shutdown()
+    return ServedFetches(produced, consumed, calls, error)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -669,9 +670,16 @@ def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
     calls: list[tuple[int, int, Any]] = []
 
     def sender(sock, file_fd, start, end):
-        result = fetch_sender(sock, file_fd, start, end)
+        try:
+            result = fetch_sender(sock, file_fd, start, end)
+        except BaseException as e:          # the server closes the connection; the demo says why
+            calls.append((start, end, e))
+            raise
         calls.append((start, end, result))
         return result
+
+    def sender_failed() -> bool:
+        return any(isinstance(r, BaseException) for _, _, r in calls)
 
     produced = [f"reading {i:04d} " + "·" * (i % 40) for i in range(records)]
     consumed: list[str] = []
@@ -687,12 +695,12 @@ def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
         producer.close(timeout_s)
         consumer = KafkaConsumer("readings", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                  max_partition_fetch_bytes=fetch_bytes, fetch_max_bytes=fetch_bytes,
-                                 consumer_timeout_ms=int(timeout_s * 1000), request_timeout_ms=int(timeout_s * 1000) + 1000)
+                                 request_timeout_ms=int(timeout_s * 1000) + 1000)
+        deadline = time.monotonic() + timeout_s
         try:
-            for message in consumer:
-                consumed.append(message.value.decode(errors="replace"))
-                if len(consumed) >= len(produced):
-                    break
+            while len(consumed) < len(produced) and time.monotonic() < deadline and not sender_failed():
+                for messages in consumer.poll(timeout_ms=200).values():
+                    consumed += [m.value.decode(errors="replace") for m in messages]
         except Exception as e:                  # a corrupt response: kafka-python says why
             error = f"{type(e).__name__}: {e}"
         finally:
@@ -700,4 +708,7 @@ def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
     finally:
         server.stop()
         broker.shutdown()
+    failed = next((r for _, _, r in calls if isinstance(r, BaseException)), None)
+    if failed is not None and error is None:
+        error = f"serve_fetch raised {type(failed).__name__}: {failed}"
     return ServedFetches(produced, consumed, calls, error)

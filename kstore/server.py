@@ -65,6 +65,8 @@ class ServerStats:
 
 
 class KafkaServer(AdminApis, GroupApis):
+    fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
+
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int | None = None,
                  idle_timeout_s: float | None = None, advertised_host: str | None = None,
@@ -78,7 +80,8 @@ class KafkaServer(AdminApis, GroupApis):
         self.host, self.port = host, port
         self.advertised_host = advertised_host or host
         self.zero_copy = zero_copy
-        self.fetch_sender = fetch_sender
+        if fetch_sender is not None:
+            self.fetch_sender = fetch_sender
         config = broker.config
         self.max_request_size = (config["socket.request.max.bytes"] if max_request_size is None
                                  else max_request_size)

@@ -639,6 +639,12 @@ def zero_copy(fetch_range: Callable | None = None, send_range: Callable | None =
     return patches
 
 
+def fetch_serving(serve_fetch: Callable) -> list[Patch]:
+    """Ch. 12: every KafkaServer sends its Fetch responses' file slices with the learner's code."""
+    from ..server import KafkaServer
+    return [Patch(KafkaServer, "fetch_sender", staticmethod(serve_fetch))]
+
+
 @dataclass
 class ServedFetches:
     """What `kafka_python_through` saw: the values produced and consumed, and the plugged calls."""
@@ -657,12 +663,13 @@ class ServedFetches:
         return f"the consumer read {len(self.consumed)} of {len(self.produced)} records before giving up"
 
 
-def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
+def kafka_python_through(fetch_sender: Callable | None, root: str, records: int = 300,
                          fetch_bytes: int = 2048, timeout_s: float = 15.0) -> ServedFetches:
     """Ch. 12's capstone: a broker on 127.0.0.1 (a `KafkaServer` on a free port) whose Fetch
     responses send their file slices with `fetch_sender(sock, file_fd, start, end)`; kafka-python's
     KafkaProducer writes `records` values and a KafkaConsumer (small fetches, so record batches are
-    cut at the end of many responses) reads them back through it."""
+    cut at the end of many responses) reads them back through it. `fetch_sender=None`: the server's
+    own (`KafkaServer.fetch_sender`, which `fetch_serving` plugs)."""
     from kafka import KafkaConsumer, KafkaProducer
 
     from ..broker import Broker
@@ -685,7 +692,8 @@ def kafka_python_through(fetch_sender: Callable, root: str, records: int = 300,
     consumed: list[str] = []
     error = None
     broker = Broker(f"{root}/logs", config={"num.partitions": 1})
-    server = KafkaServer(broker, "127.0.0.1", 0, fetch_sender=sender).start_in_thread()
+    server = KafkaServer(broker, "127.0.0.1", 0,
+                         fetch_sender=sender if fetch_sender is not None else None).start_in_thread()
     bootstrap = f"127.0.0.1:{server.port}"
     try:
         producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1024, linger_ms=5)

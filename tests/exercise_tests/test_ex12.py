@@ -5,50 +5,21 @@ kafka-python consumer reads a topic through."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import tempfile
-import threading
 
 from hypothesis import given, strategies as st
 import pytest
 
 from kstore.grading import live
 from kstore.grading.feedback import Mismatch, expect_bytes, expect_equal
+from kstore.grading.sendfile_check import serve_through_socketpair
 from kstore.grading.testing import PROPERTY, extra, scratch_dir, task
 
 DATA = bytes(range(256)) * 400              # 102,400 bytes, every position's byte differs from its neighbours'
 
 
 def serve(learner, data: bytes, start: int, end: int, cap: int | None = None):
-    """Call the learner's serve_fetch on one end of a socketpair (os.sendfile sending at most `cap`
-    bytes a call, as a full socket buffer would); collect the other end."""
-    calls = {"sendfile": 0, "bytes": 0}
-    real = os.sendfile
-
-    def sendfile(out_fd, in_fd, offset, n, *args, **kwargs):
-        calls["sendfile"] += 1
-        sent = real(out_fd, in_fd, offset, min(n, cap) if cap else n, *args, **kwargs)
-        calls["bytes"] += sent
-        return sent
-
-    received: list[bytes] = []
-    with tempfile.TemporaryFile() as f:
-        f.write(data)
-        f.flush()
-        a, b = socket.socketpair()
-        reader = threading.Thread(target=lambda: received.extend(iter(lambda: b.recv(65536), b"")), daemon=True)
-        reader.start()
-        os.sendfile = sendfile
-        try:
-            result = learner.serve_fetch(a, f.fileno(), start, end)
-        finally:
-            os.sendfile = real
-            a.close()
-            reader.join(10)
-            b.close()
-    return result, b"".join(received), calls
+    return serve_through_socketpair(lambda sock, fd: learner.serve_fetch(sock, fd, start, end), data, cap)
 
 
 def mistakes(data: bytes, start: int, end: int, cap: int | None):

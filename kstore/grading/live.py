@@ -653,6 +653,12 @@ class ServedFetches:
     calls: list[tuple[int, int, Any]]        # (start, end, what the fetch sender returned)
     error: str | None                        # what the consumer raised, if it did
 
+    @property
+    def wrong_return(self) -> tuple[int, int, Any] | None:
+        """The first call that returned something other than end − start (the bytes the response
+        had promised), or None."""
+        return next(((s, e, r) for s, e, r in self.calls if not isinstance(r, BaseException) and r != e - s), None)
+
     def summary(self) -> str:
         """What went wrong, in one clause (for `Demo.expect` and the tests' feedback)."""
         if self.error:

@@ -663,6 +663,11 @@ class ServedFetches:
         """What went wrong, in one clause (for `Demo.expect` and the tests' feedback)."""
         if self.error:
             return f"the consumer failed after {len(self.consumed)} records: {self.error}"
+        if self.wrong_return:
+            s, e, r = self.wrong_return
+            return (f"serve_fetch(sock, fd, {s}, {e}) returned {r!r}, not {e - s}, so the broker closed the "
+                    f"connection (the response had promised {e - s} bytes); the consumer had read "
+                    f"{len(self.consumed)} records")
         wrong = next((i for i, (a, b) in enumerate(zip(self.consumed, self.produced)) if a != b), None)
         if wrong is not None:
             return f"record #{wrong} came back as {self.consumed[wrong]!r}, not {self.produced[wrong]!r}"
@@ -670,12 +675,16 @@ class ServedFetches:
 
 
 def kafka_python_through(fetch_sender: Callable | None, root: str, records: int = 300,
-                         fetch_bytes: int = 2048, timeout_s: float = 15.0) -> ServedFetches:
+                         fetch_bytes: int = 2048, timeout_s: float = 15.0,
+                         busy_socket: int | None = None) -> ServedFetches:
     """Ch. 12's capstone: a broker on 127.0.0.1 (a `KafkaServer` on a free port) whose Fetch
     responses send their file slices with `fetch_sender(sock, file_fd, start, end)`; kafka-python's
     KafkaProducer writes `records` values and a KafkaConsumer (small fetches, so record batches are
     cut at the end of many responses) reads them back through it. `fetch_sender=None`: the server's
-    own (`KafkaServer.fetch_sender`, which `fetch_serving` plugs)."""
+    own (`KafkaServer.fetch_sender`, which `fetch_serving` plugs). `busy_socket=n`: while the
+    consumer reads, `os.sendfile` sends at most n bytes a call, as a socket with a full send
+    buffer would (partial sends, which a fast loopback socket seldom makes)."""
+    import os
     from kafka import KafkaConsumer, KafkaProducer
 
     from ..broker import Broker
@@ -691,8 +700,8 @@ def kafka_python_through(fetch_sender: Callable | None, root: str, records: int 
         calls.append((start, end, result))
         return result
 
-    def sender_failed() -> bool:
-        return any(isinstance(r, BaseException) for _, _, r in calls)
+    def sender_failed() -> bool:              # raised, or sent a count the response had not promised
+        return any(isinstance(r, BaseException) or r != e - s for s, e, r in calls)
 
     produced = [f"reading {i:04d} " + "·" * (i % 40) for i in range(records)]
     consumed: list[str] = []
@@ -711,6 +720,10 @@ def kafka_python_through(fetch_sender: Callable | None, root: str, records: int 
                                  max_partition_fetch_bytes=fetch_bytes, fetch_max_bytes=fetch_bytes,
                                  request_timeout_ms=int(timeout_s * 1000) + 1000)
         deadline = time.monotonic() + timeout_s
+        real_sendfile = os.sendfile
+        if busy_socket:
+            os.sendfile = lambda out_fd, in_fd, offset, count: real_sendfile(out_fd, in_fd, offset,
+                                                                             min(count, busy_socket))
         try:
             while len(consumed) < len(produced) and time.monotonic() < deadline and not sender_failed():
                 for messages in consumer.poll(timeout_ms=200).values():
@@ -718,6 +731,7 @@ def kafka_python_through(fetch_sender: Callable | None, root: str, records: int 
         except Exception as e:                  # a corrupt response: kafka-python says why
             error = f"{type(e).__name__}: {e}"
         finally:
+            os.sendfile = real_sendfile
             consumer.close()
     finally:
         server.stop()

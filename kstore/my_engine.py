@@ -19,9 +19,10 @@ composes the per-chapter plugs of `kstore.grading.live` for every part you saved
 written a part, kstore's own code serves it.
 
 Not every saved function has an engine seam yet: encode_batch, compact and the chapter 08/09
-decision functions are saved and checked by their tests only (the status line lists them), and the
-network server sends fetches with its own non-blocking `os.sendfile` loop, so `send_range` runs
-where the engine sends a `FileSlice` itself (the chapter 11 demos), not behind `kstore serve`.
+decision functions are saved and checked by their tests only (the status line lists them).
+`send_range` runs where the engine sends a `FileSlice` itself (the chapter 11 demos); behind
+`kstore serve` the network server sends each Fetch response's file slice with chapter 12's
+`serve_fetch` when you saved it (its own non-blocking `os.sendfile` loop otherwise).
 
 This runs YOUR code inside the broker process that serves real clients, on your machine: that is the
 point (your engine, your data). It is never done by the grader: `kstore grade` runs learner code only
@@ -84,6 +85,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("elections", ("elect_leader",)),
     ("fetch range", ("fetch_range",)),
     ("sendfile", ("send_range",)),
+    ("fetch serving", ("serve_fetch",)),
 )
 PLUGGED = {f for _, names in PARTS for f in names}
 
@@ -375,7 +377,8 @@ def _patches(live, fns: dict[str, Callable]) -> list:
                         (live.acks_rules, ("acks_decision",)),
                         (live.leader_epochs, ("end_offset_for", "truncation_offset")),
                         (live.elections, ("elect_leader",)),
-                        (live.zero_copy, ("fetch_range", "send_range"))):
+                        (live.zero_copy, ("fetch_range", "send_range")),
+                        (live.fetch_serving, ("serve_fetch",))):
         chosen = pick(*names)
         if chosen:
             patches += plug(**chosen)

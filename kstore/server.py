@@ -49,6 +49,7 @@ log = logging.getLogger("kstore.server")
 # accept() errors that mean "out of descriptors or memory now", not "this client failed"
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 ACCEPT_WARNING_INTERVAL_S = 60.0   # while descriptors stay short, say so at most this often
+PLUGGED_SEND_TIMEOUT_S = 30        # a plugged fetch_sender's socket: SO_SNDTIMEO
 
 
 @dataclass
@@ -64,16 +65,23 @@ class ServerStats:
 
 
 class KafkaServer(AdminApis, GroupApis, TransactionApis):
+    fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
+
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int | None = None,
-                 idle_timeout_s: float | None = None, advertised_host: str | None = None):
+                 idle_timeout_s: float | None = None, advertised_host: str | None = None,
+                 fetch_sender=None):
         """Limits come from the broker config (socket.request.max.bytes, connections.max.idle.ms,
         max.connections, max.connections.per.ip[.overrides]); the arguments override the first
-        two."""
+        two. `fetch_sender(sock, file_fd, start, end) -> bytes sent`, when given, sends each fetched
+        file slice instead of the server's own sendfile loop (chapter 12's capstone: the learner's
+        function serving real clients); see `_sendfile_plugged`."""
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host or host
         self.zero_copy = zero_copy
+        if fetch_sender is not None:
+            self.fetch_sender = fetch_sender
         config = broker.config
         self.max_request_size = (config["socket.request.max.bytes"] if max_request_size is None
                                  else max_request_size)
@@ -280,7 +288,10 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
             elif self.zero_copy:
                 await self._send_buffers(conn, pending, socket.MSG_MORE)
                 pending = []
-                await self._sendfile(conn, chunk)
+                if self.fetch_sender is None:
+                    await self._sendfile(conn, chunk)
+                else:
+                    await self._sendfile_plugged(conn, chunk)
             else:
                 data = chunk.read_bytes()            # the copy path: through user space
                 pending.append(data)
@@ -330,6 +341,29 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 await self._writable(conn)
                 continue
             sent += n
+        self.stats.bytes_sent_sendfile += sent
+
+    async def _sendfile_plugged(self, conn: socket.socket, piece: FileSlice) -> None:
+        """The slice sent by a plugged-in `fetch_sender` (a learner's code, which expects a plain
+        blocking socket). It runs on a worker thread, so the event loop serves other connections
+        meanwhile; this connection's next request is read only after it returns. A send timeout
+        bounds a client that stops reading; a short send closes the connection (the response's
+        size was already promised)."""
+        conn.setblocking(True)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", PLUGGED_SEND_TIMEOUT_S, 0))
+        try:
+            sent = await asyncio.to_thread(self.fetch_sender, conn, piece.file.fd, piece.position,
+                                           piece.position + piece.size)
+        except Exception as e:   # the learner's bug closes this connection, not the server
+            log.error("the plugged fetch sender raised %s: %s; closing the connection", type(e).__name__, e)
+            raise ConnectionError(str(e)) from e
+        finally:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+            conn.setblocking(False)
+        if sent != piece.size:
+            log.error("the plugged fetch sender returned %r for a %d-byte slice; closing the connection",
+                      sent, piece.size)
+            raise ConnectionError(f"fetch sender sent {sent!r} of {piece.size} bytes")
         self.stats.bytes_sent_sendfile += sent
 
     # ------------------------------------------------------------------ dispatch

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = {f"{n:02d}" for n in range(15)}
-NO_EXERCISE = {"00", "12", "13", "14"}      # set-up check, capstone, optional, drill
+NO_EXERCISE = {"00", "13", "14"}      # set-up check, optional, drill
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 
 

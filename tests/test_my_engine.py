@@ -162,7 +162,7 @@ def test_serve_my_engine_real_clients_and_kill_9(solutions_engine, brokers, tmp_
     # (largest_lower_bound_slot runs inside the learner's offset_index_lookup, which calls it itself)
     for fn in ("read_varint", "should_roll", "time_waited_for_roll", "segment_file_name", "index_entries",
                "floor_segment", "translate_offset", "offset_index_lookup", "fetch_range", "acks_decision",
-               "leader_high_watermark"):
+               "leader_high_watermark", "serve_fetch"):
         assert f"ran your {fn} " in ran, fn
 
     port, before = sp.port, len(sp.read_output())

@@ -1,4 +1,4 @@
-"""The graded exercises of the course: one per chapter 01–11, each with 2–7 tasks.
+"""The graded exercises of the course: one per chapter 01–12, each with 1–7 tasks.
 
 This is the one place that names the tasks. The solutions live in `solutions/NN-*.ipynb` (each
 task's code cell is tagged `solution` and the task id, e.g. `ex01.3`); the tests that grade them
@@ -122,6 +122,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     _ex("ex11", "11-zero-copy.ipynb", "Zero-copy fetch",
         ("The byte range of a fetch", ("fetch_range",)),
         ("Serve it with sendfile", ("send_range",))),
+    _ex("ex12", "12-real-clients.ipynb", "Capstone: your code serves real Kafka clients",
+        ("Serve a fetch's byte range", ("serve_fetch",))),
 ]}
 
 TASKS: dict[str, Task] = {t.id: t for e in EXERCISES.values() for t in e.tasks}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -636,3 +637,106 @@ def zero_copy(fetch_range: Callable | None = None, send_range: Callable | None =
             return send_range(_Fd(sock_fd), self.file.fd, self.position + offset, count)
         patches.append(Patch(FileSlice, "send_to", send_to))
     return patches
+
+
+def fetch_serving(serve_fetch: Callable) -> list[Patch]:
+    """Ch. 12: every KafkaServer sends its Fetch responses' file slices with the learner's code."""
+    from ..server import KafkaServer
+    return [Patch(KafkaServer, "fetch_sender", staticmethod(serve_fetch))]
+
+
+@dataclass
+class ServedFetches:
+    """What `kafka_python_through` saw: the values produced and consumed, and the plugged calls."""
+    produced: list[str]
+    consumed: list[str]
+    calls: list[tuple[int, int, Any]]        # (start, end, what the fetch sender returned)
+    error: str | None                        # what the consumer raised, if it did
+
+    @property
+    def wrong_return(self) -> tuple[int, int, Any] | None:
+        """The first call that returned something other than end − start (the bytes the response
+        had promised), or None."""
+        return next(((s, e, r) for s, e, r in self.calls if not isinstance(r, BaseException) and r != e - s), None)
+
+    def summary(self) -> str:
+        """What went wrong, in one clause (for `Demo.expect` and the tests' feedback)."""
+        if self.error:
+            return f"the consumer failed after {len(self.consumed)} records: {self.error}"
+        if self.wrong_return:
+            s, e, r = self.wrong_return
+            return (f"serve_fetch(sock, fd, {s}, {e}) returned {r!r}, not {e - s}, so the broker closed the "
+                    f"connection (the response had promised {e - s} bytes); the consumer had read "
+                    f"{len(self.consumed)} records")
+        wrong = next((i for i, (a, b) in enumerate(zip(self.consumed, self.produced)) if a != b), None)
+        if wrong is not None:
+            return f"record #{wrong} came back as {self.consumed[wrong]!r}, not {self.produced[wrong]!r}"
+        return f"the consumer read {len(self.consumed)} of {len(self.produced)} records before giving up"
+
+
+def kafka_python_through(fetch_sender: Callable | None, root: str, records: int = 300,
+                         fetch_bytes: int = 2048, timeout_s: float = 15.0,
+                         busy_socket: int | None = None) -> ServedFetches:
+    """Ch. 12's capstone: a broker on 127.0.0.1 (a `KafkaServer` on a free port) whose Fetch
+    responses send their file slices with `fetch_sender(sock, file_fd, start, end)`; kafka-python's
+    KafkaProducer writes `records` values and a KafkaConsumer (small fetches, so record batches are
+    cut at the end of many responses) reads them back through it. `fetch_sender=None`: the server's
+    own (`KafkaServer.fetch_sender`, which `fetch_serving` plugs). `busy_socket=n`: while the
+    consumer reads, `os.sendfile` sends at most n bytes a call, as a socket with a full send
+    buffer would (partial sends, which a fast loopback socket seldom makes)."""
+    import os
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from ..broker import Broker
+    from ..server import KafkaServer
+    calls: list[tuple[int, int, Any]] = []
+
+    def sender(sock, file_fd, start, end):
+        try:
+            result = fetch_sender(sock, file_fd, start, end)
+        except BaseException as e:          # the server closes the connection; the demo says why
+            calls.append((start, end, e))
+            raise
+        calls.append((start, end, result))
+        return result
+
+    def sender_failed() -> bool:              # raised, or sent a count the response had not promised
+        return any(isinstance(r, BaseException) or r != e - s for s, e, r in calls)
+
+    produced = [f"reading {i:04d} " + "·" * (i % 40) for i in range(records)]
+    consumed: list[str] = []
+    error = None
+    broker = Broker(f"{root}/logs", config={"num.partitions": 1})
+    server = KafkaServer(broker, "127.0.0.1", 0,
+                         fetch_sender=sender if fetch_sender is not None else None).start_in_thread()
+    bootstrap = f"127.0.0.1:{server.port}"
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=1024, linger_ms=5)
+        for value in produced:
+            producer.send("readings", value.encode())
+        producer.flush(timeout_s)
+        producer.close(timeout_s)
+        consumer = KafkaConsumer("readings", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 max_partition_fetch_bytes=fetch_bytes, fetch_max_bytes=fetch_bytes,
+                                 request_timeout_ms=int(timeout_s * 1000) + 1000)
+        deadline = time.monotonic() + timeout_s
+        real_sendfile = os.sendfile
+        if busy_socket:
+            os.sendfile = lambda out_fd, in_fd, offset, count: real_sendfile(out_fd, in_fd, offset,
+                                                                             min(count, busy_socket))
+        try:
+            while len(consumed) < len(produced) and time.monotonic() < deadline and not sender_failed():
+                for messages in consumer.poll(timeout_ms=200).values():
+                    consumed += [m.value.decode(errors="replace") for m in messages]
+        except Exception as e:                  # a corrupt response: kafka-python says why
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            os.sendfile = real_sendfile
+            consumer.close()
+    finally:
+        server.stop()
+        broker.shutdown()
+    failed = next((r for _, _, r in calls if isinstance(r, BaseException)), None)
+    if failed is not None and error is None:
+        error = f"serve_fetch raised {type(failed).__name__}: {failed}"
+    return ServedFetches(produced, consumed, calls, error)

@@ -29,6 +29,7 @@ COUNTERPARTS: dict[str, tuple[str, ...]] = {
     "decode_offset_commit": ("OffsetCommitKey", "OffsetCommitValue", "decode_offset_commit_value"),
     "fetch_range": ("FetchDataInfo",),
     "send_range": ("send_to", "FileSlice"),
+    "serve_fetch": ("send_to", "FileSlice", "KafkaServer"),
 }
 
 

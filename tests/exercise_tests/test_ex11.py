@@ -4,16 +4,13 @@ and checked byte for byte at the other end of a real socket."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import tempfile
-import threading
 
 import pytest
 from hypothesis import given, strategies as st
 
 from kstore.grading.feedback import Mismatch, expect_bytes, expect_equal
+from kstore.grading.sendfile_check import serve_through_socketpair
 from kstore.grading.testing import PROPERTY, SegmentView, build_segment, extra, scratch_dir, task
 from kstore.records import Record, build_batch
 
@@ -93,42 +90,7 @@ def test_fetch_range_matches_the_engine(learner, sizes, start, max_bytes, min_on
 # ------------------------------------------------------------------ ex11.2 send_range
 def serve(learner, data: bytes, position: int, count: int, cap: int | None = None):
     """Call the learner's send_range on one end of a socketpair; collect the other end."""
-    calls = {"sendfile": 0, "bytes": 0}
-    real = os.sendfile
-
-    def sendfile(out_fd, in_fd, offset, n, *args, **kwargs):
-        calls["sendfile"] += 1
-        sent = real(out_fd, in_fd, offset, min(n, cap) if cap else n, *args, **kwargs)
-        calls["bytes"] += sent
-        return sent
-
-    received: list[bytes] = []
-    with tempfile.TemporaryFile() as f:
-        f.write(data)
-        f.flush()
-        a, b = socket.socketpair()
-
-        def reader():
-            while True:
-                chunk = b.recv(65536)
-                if not chunk:
-                    return
-                received.append(chunk)
-        t = threading.Thread(target=reader, daemon=True)
-        t.start()
-        os.sendfile = sendfile
-        try:
-            result = learner.send_range(a, f.fileno(), position, count)
-        finally:
-            os.sendfile = real
-            try:
-                a.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            a.close()
-            t.join(10)
-            b.close()
-    return result, b"".join(received), calls
+    return serve_through_socketpair(lambda sock, fd: learner.send_range(sock, fd, position, count), data, cap)
 
 
 DATA = bytes(range(256)) * 400              # 102,400 bytes

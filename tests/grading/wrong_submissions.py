@@ -392,4 +392,28 @@ def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
         return ACKS_REFUSED
     return ACKS_WHEN_REPLICATED
 ''', "min(min.insync.replicas, replication factor)"),
+    "serve-one-byte-too-many": ("ex12.1", '''
+def serve_fetch(sock, file_fd, start, end):
+    sent, count = 0, end - start + 1                   # counts both ends of the range
+    while sent < count:
+        n = os.sendfile(sock.fileno(), file_fd, start + sent, count - sent)
+        if n == 0:
+            break
+        sent += n
+    return sent
+''', "not one more"),
+    "serve-resumes-at-sent": ("ex12.1", '''
+def serve_fetch(sock, file_fd, start, end):
+    sent, count = 0, max(0, end - start)
+    n = os.sendfile(sock.fileno(), file_fd, start, count)
+    sent += n
+    while 0 < n and sent < count:
+        n = os.sendfile(sock.fileno(), file_fd, sent, count - sent)   # forgot the start
+        sent += n
+    return sent
+''', "must start at start + sent"),
+    "serve-one-sendfile-call": ("ex12.1", '''
+def serve_fetch(sock, file_fd, start, end):
+    return os.sendfile(sock.fileno(), file_fd, start, max(0, end - start))
+''', "loop until all end − start bytes"),
 }

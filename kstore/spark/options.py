@@ -316,7 +316,7 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
     """Validate everything that can be checked without looking at the log. `streaming` is None
     when the mode is not known yet (schema())."""
     options = _Options(options)
-    report_ignored(check_known(options, SOURCE_OPTIONS, "source"), "source")
+    ignored = check_known(options, SOURCE_OPTIONS, "source")
     location = location_from(options)
     given = [s for s in ("subscribe", "subscribePattern", "assign") if options.get(s) is not None]
     if not given:
@@ -379,7 +379,8 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
     if isolation == "read_committed":
         # The broker has transactions (LSO, aborted-transaction lists), but this source still reads
         # up to the high watermark and keeps aborted records: say so rather than pretend.
-        report_ignored(["kafka.isolation.level=read_committed"], "source")
+        ignored.append("kafka.isolation.level=read_committed")
+    report_ignored(ignored, "source")
     opts.check_crcs = _bool(options, "kafka.check.crcs", True)   # Kafka's consumer default
     opts.min_partitions = _positive_int(options, "minPartitions")
     opts.max_records_per_partition = _positive_int(options, "maxRecordsPerPartition")

@@ -190,6 +190,7 @@ class CoordinatorNotAvailableError(KStoreError):
 
 
 class NotCoordinatorError(KStoreError):
+    """This broker does not lead the group's (or transactional id's) coordinator partition."""
     error_code = 16
 
 

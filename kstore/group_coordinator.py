@@ -28,12 +28,8 @@ from .coordinator_records import (GroupMemberValue, GroupMetadataKey, GroupMetad
 from .group_membership import GroupMembership
 from .group_metadata import EMPTY, STABLE, GroupMetadata, MemberMetadata
 from .errors import (CommitFailedError, InvalidCommitOffsetError, InvalidGroupIdError,
-                     KStoreError, OffsetMetadataTooLargeError, UnknownTopicOrPartitionError)
-
-
-class NotCoordinatorError(KStoreError):
-    """This broker does not lead the group's `__consumer_offsets` partition."""
-    error_code = 16
+                     KStoreError, NotCoordinatorError, OffsetMetadataTooLargeError,
+                     UnknownTopicOrPartitionError)
 from .records import ControlRecordType, Record, build_batch
 
 OFFSETS_TOPIC = "__consumer_offsets"

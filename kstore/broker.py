@@ -73,6 +73,8 @@ class FetchResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    # read_committed: (producer id, first offset) of the aborted transactions the data overlaps
+    aborted_transactions: tuple = ()
 
 
 # kstore differs: Kafka sets no per-topic limit. Each partition is a directory with open files,
@@ -438,8 +440,14 @@ class Broker:
         """Read from the leader for a consumer: up to the high watermark."""
         log = self.leader_log(topic, partition)
         data = log.read(offset, max_bytes, isolation)
-        return FetchResult(topic, partition, data, log.high_watermark, log.high_watermark,
-                           log.log_start_offset)
+        if isolation != Isolation.TXN_COMMITTED:
+            return FetchResult(topic, partition, data, log.high_watermark, log.high_watermark,
+                               log.log_start_offset)
+        lso = log.last_stable_offset
+        aborted = tuple((t.producer_id, t.first_offset)
+                        for t in log.collect_aborted_transactions(offset, lso))
+        return FetchResult(topic, partition, data, log.high_watermark, lso, log.log_start_offset,
+                           aborted)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      read_committed: bool = False) -> TimestampAndOffset:

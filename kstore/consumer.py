@@ -26,6 +26,7 @@ from .clock import Clock
 from .errors import (CorruptRecordError, InvalidRecordError, KStoreError,
                      NoOffsetForPartitionError, OffsetOutOfRangeError, UnknownTopicOrPartitionError)
 from .group_coordinator import OffsetAndMetadata
+from .completed_fetch import committed_batches
 from .log import Isolation
 from .records import CURRENT_MAGIC, check_batch
 
@@ -165,7 +166,11 @@ class Consumer:
             return []
         out = []
         file = getattr(getattr(result.data, "records", None), "file", None)   # read from a log dir
-        for batch in result.data.batches():
+        batches = list(result.data.batches())
+        delivered = None                # read_committed: aborted transactions' batches are dropped
+        if self.isolation == Isolation.TXN_COMMITTED:
+            delivered = {b.base_offset for b in committed_batches(batches, getattr(result, "aborted_transactions", ()))}
+        for batch in batches:
             try:
                 records = self._checked_records(tp, batch, file)
             except CorruptRecordError:
@@ -173,7 +178,7 @@ class Consumer:
                     self._positions[tp] = position
                     return out
                 raise
-            if records is None:
+            if records is None or (delivered is not None and batch.base_offset not in delivered):
                 position = max(position, batch.next_offset)
                 continue
             ts_type = batch.timestamp_type.kafka_name

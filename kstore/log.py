@@ -627,15 +627,10 @@ class Log:
         aborted transactions, which the consumer drops using the fetch's aborted-transactions
         list (Kafka's consumer does this on the client side)."""
         offset = self._log_start_offset if start_offset is None else start_offset
+        from .completed_fetch import committed_batches
         aborted = self.collect_aborted_transactions(offset, self.last_stable_offset)
-        out: list[Record] = []
-        for b in self.batches(offset, Isolation.TXN_COMMITTED):
-            if b.is_control or (b.is_transactional and any(
-                    a.producer_id == b.producer_id and a.first_offset <= b.base_offset <= a.last_offset
-                    for a in aborted)):
-                continue
-            out.extend(r for r in b.records() if r.offset >= offset)
-        return out
+        batches = list(self.batches(offset, Isolation.TXN_COMMITTED))
+        return [r for b in committed_batches(batches, aborted) for r in b.records() if r.offset >= offset]
 
     def batches(self, start_offset: int | None = None, isolation: str = Isolation.LOG_END):
         """Every batch (control batches included) from the one holding `start_offset` to the bound."""

@@ -228,10 +228,10 @@ class RemoteBroker:
         or after a timestamp (offset −1: none)."""
         return self.list_offsets_many({(topic, partition): timestamp})[(topic, partition)]
 
-    def list_offsets_many(self, requests: dict[tuple[str, int], int]
+    def list_offsets_many(self, requests: dict[tuple[str, int], int], read_committed: bool = False
                           ) -> dict[tuple[str, int], TimestampAndOffset]:
         """`list_offsets` for many partitions: one ListOffsets request per leader (all again, with
-        fresh metadata, if a leader has moved)."""
+        fresh metadata, if a leader has moved). read_committed: latest is the LSO."""
         for tp in requests:
             self._leader(*tp)   # a partition Metadata does not list fails at once
 
@@ -241,17 +241,17 @@ class RemoteBroker:
                 by_leader.setdefault(self._leader(*tp), []).append(tp)
             found = {}
             for leader, tps in by_leader.items():
-                found.update(self._list_offsets_at(leader, tps, requests))
+                found.update(self._list_offsets_at(leader, tps, requests, read_committed))
             return {tp: found[tp] for tp in requests}
         topics = sorted({t for t, _ in requests})
         return self.retrying(attempt, LEADER_MOVED, before_retry=lambda: self._metadata(topics))
 
-    def _list_offsets_at(self, leader: int, tps, requests) -> dict:
+    def _list_offsets_at(self, leader: int, tps, requests, read_committed: bool = False) -> dict:
         by_topic: dict[str, list] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append({"partition_index": p, "current_leader_epoch": -1,
                                                "timestamp": requests[(t, p)]})
-        body = {"replica_id": -1, "isolation_level": 0,
+        body = {"replica_id": -1, "isolation_level": int(read_committed),
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
         out = {}
         for topic in self.request("ListOffsets", body, leader)["topics"]:
@@ -280,7 +280,9 @@ class RemoteBroker:
                 raise error_for_code(part["error_code"], f"fetch {topic}-{partition} at {offset}")
             return FetchResult(topic, partition, MemoryRecords(bytes(part["records"] or b"")),
                                part["high_watermark"], part["last_stable_offset"],
-                               part["log_start_offset"])
+                               part["log_start_offset"],
+                               tuple((a["producer_id"], a["first_offset"])
+                                     for a in part["aborted_transactions"] or ()))
         return self._to_leader(topic, partition, send)
 
     def produce(self, topic: str, partition: int, records: bytes, acks=-1,

@@ -542,7 +542,7 @@ def test_kafka_client_options_are_accepted_and_reported_once(capsys):
     assert parsed.min_offsets_per_trigger == 5 and parsed.max_trigger_delay_ms == 120_000
     first = capsys.readouterr().err
     assert first.count("WARN kstore.spark: options accepted but ignored") == 1
-    assert "read_committed is not honoured yet" in first        # said, not silently ignored
+    assert "isolation" not in first and parsed.location.read_committed   # honoured, not ignored
     for name in ("kafka.group.id", "groupIdPrefix", "kafka.session.timeout.ms",
                  "fetchOffset.numRetries"):
         assert name.lower() in first.lower()

@@ -657,3 +657,45 @@ def test_a_marker_stays_while_an_empty_batch_of_its_transaction_remains(tmp_path
     log = Log.open(d, had_clean_shutdown=False, recovery_point=0)
     assert log.last_stable_offset == log.high_watermark
     log.close()
+
+
+def test_kstores_own_consumer_drops_aborted_records_in_process_and_over_the_network(served):
+    """kstore's Consumer with isolation_level=read_committed drops aborted transactions' records
+    (the broker's aborted-transactions list + kstore.completed_fetch), even when a fetch ends in an
+    aborted transaction, and reads on when the open transaction commits."""
+    from kstore.consumer import Consumer
+    from kstore.remote_broker import RemoteBroker
+    broker, bootstrap = served
+    broker.create_topic("cx", 1)
+    log = broker.get_log("cx", 0)
+    log.append_as_leader(txn_batch(1, [b"a1", b"a2"]))
+    log.append_as_leader(txn_batch(2, [b"c1"]))
+    log.append_as_leader(marker(1, commit=False))
+    log.append_as_leader(txn_batch(1, [b"c2"], seq=2))          # the same producer, committed next
+    log.append_as_leader(marker(1, commit=True))
+    log.append_as_leader(marker(2, commit=True))
+    log.append_as_leader(txn_batch(3, [b"a3"] * 3))              # aborted, at the log's end
+    log.append_as_leader(marker(3, commit=False))
+    log.append_as_leader(txn_batch(4, [b"open"]))
+    log.update_high_watermark(log.log_end_offset)
+
+    def poll_all(consumer, isolation):
+        consumer.assign([("cx", 0)])
+        consumer.seek(("cx", 0), 0)
+        out = []
+        for _ in range(30):                         # many small fetches, none may get stuck
+            out += [r.value for r in consumer.poll()]
+        return out, consumer.position(("cx", 0))
+
+    remote = RemoteBroker(bootstrap)
+    try:
+        for b in (broker, remote):
+            committed = Consumer(b, isolation_level="read_committed", max_partition_fetch_bytes=100)
+            assert poll_all(committed, "rc") == ([b"c1", b"c2"], log.last_stable_offset)
+            everything = Consumer(b, max_partition_fetch_bytes=100)
+            assert poll_all(everything, "ru")[0] == [b"a1", b"a2", b"c1", b"c2"] + [b"a3"] * 3 + [b"open"]
+        log.append_as_leader(marker(4, commit=True))
+        log.update_high_watermark(log.log_end_offset)
+        assert poll_all(Consumer(remote, isolation_level="read_committed"), "rc")[0] == [b"c1", b"c2", b"open"]
+    finally:
+        remote.close()

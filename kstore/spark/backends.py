@@ -5,6 +5,7 @@ streaming) is written once:
 
     topic_partitions()                 topic → partition count
     offset_ranges(tps)                 (earliest, latest) per topic-partition; latest = high watermark
+                                       (the last stable offset with read_committed)
     offsets_for_times({tp: ts})        first offset with timestamp ≥ ts (None: no such record)
     read_arrow(t, p, start, end, h)    Arrow record batches of [start, end); raises DataUnavailable
                                        when the offsets are gone (retention, a replaced segment)
@@ -19,6 +20,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import KStoreError
+from ..completed_fetch import delivered_positions
+from . import isolation
 from .decode import ColumnBuilder, batch_spans
 from .logdir import LogDirReader, SegmentsChanged
 
@@ -32,11 +35,12 @@ class Location:
     log_dir: str | None = None
     bootstrap_servers: str | None = None
     timeout_ms: int = 30000
+    read_committed: bool = False       # kafka.isolation.level (kstore.spark.isolation)
 
     def open(self) -> "Backend":
         if self.log_dir is not None:
-            return LogDirBackend(self.log_dir)
-        return NetworkBackend(self.bootstrap_servers, self.timeout_ms / 1000)
+            return LogDirBackend(self.log_dir, self.read_committed)
+        return NetworkBackend(self.bootstrap_servers, self.timeout_ms / 1000, self.read_committed)
 
     def describe(self) -> str:
         if self.log_dir is not None:
@@ -74,34 +78,38 @@ class Backend:
 class LogDirBackend(Backend):
     """Reads the files directly, read-only (`kstore.spark.logdir`): no broker, no lock."""
 
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, read_committed: bool = False):
         self.reader = LogDirReader(log_dir)
-        self.location = Location(log_dir=self.reader.log_dir)
+        self.read_committed = read_committed
+        self.location = Location(log_dir=self.reader.log_dir, read_committed=read_committed)
 
     def topic_partitions(self) -> dict[str, int]:
         return self.reader.topic_partitions()
 
+    def _bounds(self, part) -> tuple[int, int]:
+        """(log start, latest): the HW, or the LSO with read_committed."""
+        start, hw, _leo = part.offsets()
+        return start, (isolation.last_stable_offset(part, start, hw) if self.read_committed else hw)
+
     def offset_ranges(self, tps):
-        out = {}
-        for t, p in tps:
-            start, hw, _leo = self.reader.partition(t, p).offsets()
-            out[(t, p)] = (start, hw)
-        return out
+        return {(t, p): self._bounds(self.reader.partition(t, p)) for t, p in tps}
 
     def offsets_for_times(self, requests):
         out = {}
         for (t, p), ts in requests.items():
             part = self.reader.partition(t, p)
-            _start, hw, _leo = part.offsets()
-            out[(t, p)] = part.offset_for_timestamp(ts, hw)
+            out[(t, p)] = part.offset_for_timestamp(ts, self._bounds(part)[1])
         return out
 
     def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
         part = self.reader.partition(topic, partition)
         if not part.exists():
             raise DataUnavailable(f"partition directory {part.dir} does not exist")
+        select = (isolation.committed_selector(isolation.aborted_transactions(part, start, end))
+                  if self.read_committed else None)
         try:
-            yield from part.read_arrow(start, end, include_headers, check_crcs=check_crcs)
+            yield from part.read_arrow(start, end, include_headers, check_crcs=check_crcs,
+                                       select=select)
         except SegmentsChanged as e:
             raise DataUnavailable(f"segment {os.path.basename(str(e))} of {topic}-{partition} was "
                                   f"removed while it was read") from None
@@ -113,9 +121,11 @@ class NetworkBackend(Backend):
 
     FETCH_BYTES = 8 * 1024 * 1024
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0):
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0, read_committed: bool = False):
         from ..remote_broker import RemoteBroker
-        self.location = Location(bootstrap_servers=bootstrap_servers, timeout_ms=int(timeout_s * 1000))
+        self.read_committed = read_committed
+        self.location = Location(bootstrap_servers=bootstrap_servers, timeout_ms=int(timeout_s * 1000),
+                                 read_committed=read_committed)
         self.client = RemoteBroker(bootstrap_servers, client_id="kstore-spark", timeout_s=timeout_s)
 
     def close(self) -> None:
@@ -129,22 +139,24 @@ class NetworkBackend(Backend):
         if not tps:
             return {}
         earliest = self.client.list_offsets_many({tp: -2 for tp in tps})
-        latest = self.client.list_offsets_many({tp: -1 for tp in tps})
+        latest = self.client.list_offsets_many({tp: -1 for tp in tps}, self.read_committed)
         return {tp: (earliest[tp].offset, latest[tp].offset) for tp in tps}
 
     def offsets_for_times(self, requests):
         if not requests:
             return {}
-        found = self.client.list_offsets_many(dict(requests))
+        found = self.client.list_offsets_many(dict(requests), self.read_committed)
         return {tp: (None if f.offset < 0 else f.offset) for tp, f in found.items()}
 
     def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
         from ..errors import OffsetOutOfRangeError
+        from ..log import Isolation
+        isolation_level = Isolation.TXN_COMMITTED if self.read_committed else Isolation.HIGH_WATERMARK
         builder = ColumnBuilder(topic, partition, include_headers, check_crcs=check_crcs)
         offset = start
         while offset < end:
             try:
-                fetched = self.client.fetch(topic, partition, offset, self.FETCH_BYTES)
+                fetched = self.client.fetch(topic, partition, offset, self.FETCH_BYTES, isolation_level)
             except OffsetOutOfRangeError:
                 earliest = self.client.list_offsets(topic, partition, -2).offset
                 raise DataUnavailable(f"offset {offset} of {topic}-{partition} is out of range "
@@ -152,12 +164,14 @@ class NetworkBackend(Backend):
             records = fetched.data.buffer
             spans = list(batch_spans(records))
             if not spans:
-                break                      # nothing more below the high watermark
+                break                      # nothing more below the high watermark (or the LSO)
+            kept = (set(delivered_positions(records, [s[0] for s in spans], fetched.aborted_transactions))
+                    if self.read_committed else None)
             for pos, base, last, _size in spans:
                 if base >= end:
                     offset = end
                     break
-                if last >= offset:
+                if last >= offset and (kept is None or pos in kept):
                     builder.add_batch(records, pos, offset, end)
                     if builder.full():
                         yield builder.flush()

@@ -11,6 +11,7 @@ Offsets are Kafka's JSON, exactly as Spark's Kafka source writes them in its che
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -50,9 +51,6 @@ _CANONICAL = {name.lower(): name for name in SOURCE_OPTIONS + SINK_OPTIONS + SPA
 
 # Accepted, as Spark's Kafka source accepts them, but without effect in kstore: reported once.
 IGNORED = {
-    "kafka.isolation.level=read_committed": "the source reads up to the high watermark and keeps "
-                                            "the records of aborted transactions (as "
-                                            "read_uncommitted); read_committed is not honoured yet",
     "groupidprefix": "the kstore source uses no consumer group (offsets live in the Spark "
                      "checkpoint, as with Spark's Kafka source, which uses the group only to "
                      "name its consumers)",
@@ -376,10 +374,8 @@ def parse_source_options(options: dict, streaming: bool | None) -> SourceOptions
         raise KStoreOptionError(f"Kafka option 'isolation.level' must be read_uncommitted or "
                                 f"read_committed, got {options['kafka.isolation.level']!r}")
     opts.isolation_level = isolation
-    if isolation == "read_committed":
-        # The broker has transactions (LSO, aborted-transaction lists), but this source still reads
-        # up to the high watermark and keeps aborted records: say so rather than pretend.
-        ignored.append("kafka.isolation.level=read_committed")
+    if isolation == "read_committed":   # latest = the LSO, aborted records dropped (spark.isolation)
+        opts.location = dataclasses.replace(opts.location, read_committed=True)
     report_ignored(ignored, "source")
     opts.check_crcs = _bool(options, "kafka.check.crcs", True)   # Kafka's consumer default
     opts.min_partitions = _positive_int(options, "minPartitions")

@@ -323,3 +323,124 @@ def test_acks_decision_matches_the_leader(learner, acks, isr_size, min_isr, rf):
     expect_equal(learner.acks_decision(acks, isr_size, min_isr, rf), expected,
                  call=f"acks_decision({acks}, {isr_size}, {min_isr}, {rf})",
                  mistakes=acks_mistakes(acks, isr_size, min_isr, rf))
+
+
+# ------------------------------------------------------------------ ex09.7 what read_committed keeps
+from kstore import completed_fetch   # noqa: E402
+
+
+def wrong_read_committed(batches, aborted, *, from_the_start=False, never_ends=False, markers=False,
+                         any_producer=False, unsorted=False):
+    """The consumer's rule with one classic mistake switched on (what such a submission answers)."""
+    pending = list(aborted) if unsorted else sorted(aborted, key=lambda a: a[1])
+    aborting: set[int] = set()
+    if from_the_start:
+        aborting, pending = {pid for pid, _ in pending}, []
+    out = []
+    for base, last, pid, kind in batches:
+        if pid != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "abort" and not never_ends:
+                aborting.discard(pid)
+            if kind == "txn" and (pid in aborting or (any_producer and aborting)):
+                continue
+        if kind in ("data", "txn") or (markers and kind in ("commit", "abort")):
+            out.append(base)
+    return out
+
+
+def read_committed_mistakes(batches, aborted):
+    return [
+        ("a producer is aborting only from its aborted transaction's first offset on: a batch whose last "
+         "offset is below the entry's first offset belongs to an earlier transaction of that producer",
+         wrong_read_committed(batches, aborted, from_the_start=True)),
+        ("the producer's ABORT marker ends its aborted transaction: remove it from the aborting set there, "
+         "or its next (committed) transaction is lost", wrong_read_committed(batches, aborted, never_ends=True)),
+        ("markers (control batches: commit and abort) are never delivered to the application",
+         wrong_read_committed(batches, aborted, markers=True)),
+        ("only the aborting producer's batches are dropped: compare each batch's producer id with the "
+         "aborting set (other producers' transactions interleave with it)",
+         wrong_read_committed(batches, aborted, any_producer=True)),
+        ("the aborted transactions may come in any order: take them by first offset (Kafka's consumer keeps "
+         "them in a priority queue)", wrong_read_committed(batches, aborted, unsorted=True)),
+    ]
+
+
+READ_COMMITTED_VECTORS = [
+    ("no-transactions", [(0, 1, -1, "data"), (2, 2, -1, "data")], []),
+    ("one-committed", [(0, 1, 5, "txn"), (2, 2, 5, "commit"), (3, 3, -1, "data")], []),
+    ("one-aborted", [(0, 1, 5, "txn"), (2, 2, 5, "txn"), (3, 3, 5, "abort"), (4, 4, -1, "data")], [(5, 0)]),
+    ("interleaved-producers", [(0, 0, 7, "txn"), (1, 1, 8, "txn"), (2, 2, 7, "txn"), (3, 3, 7, "abort"),
+                               (4, 4, 8, "txn"), (5, 5, 8, "commit")], [(7, 0)]),
+    ("aborted-then-committed", [(0, 1, 7, "txn"), (2, 2, 8, "txn"), (3, 3, 7, "abort"), (4, 4, 7, "txn"),
+                                (5, 5, 7, "commit"), (6, 6, 8, "commit")], [(7, 0)]),
+    ("committed-before-the-aborted-one", [(0, 1, 7, "txn"), (2, 2, 7, "commit"), (3, 3, 7, "txn"),
+                                          (4, 4, 7, "abort"), (5, 5, -1, "data")], [(7, 3)]),
+    ("fetch-starts-inside-an-aborted-transaction", [(10, 11, 7, "txn"), (12, 12, 8, "txn"),
+                                                    (13, 13, 7, "abort"), (14, 14, 8, "commit")], [(7, 4)]),
+    ("abort-marker-beyond-the-fetch", [(0, 0, 7, "txn"), (1, 1, -1, "data"), (2, 3, 7, "txn")], [(7, 0)]),
+    ("listed-out-of-order", [(0, 0, 7, "txn"), (1, 1, 7, "abort"), (2, 2, 8, "txn"), (3, 3, 7, "txn"),
+                             (4, 4, 8, "commit"), (5, 5, 7, "abort"), (6, 6, 9, "txn"), (7, 7, 9, "commit")],
+     [(7, 3), (7, 0)]),
+    ("idempotent-batch-in-between", [(0, 0, 7, "txn"), (1, 2, 3, "data"), (3, 3, 7, "abort")], [(7, 0)]),
+    ("aborts-twice-then-commits", [(0, 0, 7, "txn"), (1, 1, 7, "abort"), (2, 2, 7, "txn"), (3, 3, 7, "abort"),
+                                   (4, 4, 7, "txn"), (5, 5, 7, "commit")], [(7, 0), (7, 2)]),
+    ("markers-only", [(0, 0, 7, "commit"), (1, 1, 8, "abort")], [(8, 1)]),
+]
+
+
+def _call(batches, aborted) -> str:
+    return f"read_committed(batches={batches}, aborted={aborted})"
+
+
+@task("ex09.7", points=6)
+@pytest.mark.parametrize("batches, aborted", [v[1:] for v in READ_COMMITTED_VECTORS],
+                         ids=[v[0] for v in READ_COMMITTED_VECTORS])
+def test_read_committed_vectors(learner, batches, aborted):
+    expect_equal(learner.read_committed([tuple(b) for b in batches], [tuple(a) for a in aborted]),
+                 completed_fetch.read_committed(batches, aborted), call=_call(batches, aborted),
+                 mistakes=read_committed_mistakes(batches, aborted))
+
+
+@st.composite
+def fetched_logs(draw):
+    """A partition's batches as three transactional producers, one idempotent producer and plain
+    appends wrote them, and a fetch from one of its batches: (batches from there, the aborted
+    transactions the broker lists for that fetch, in any order)."""
+    batches, entries, open_first = [], [], {}
+    offset = 0
+    for _ in range(draw(st.integers(1, 25))):
+        op = draw(st.sampled_from(["txn", "txn", "end", "end", "data", "idempotent"]))
+        pid = draw(st.sampled_from([7, 8, 9]))
+        size = draw(st.integers(1, 3))
+        if op == "txn":
+            batches.append((offset, offset + size - 1, pid, "txn"))
+            open_first.setdefault(pid, offset)
+            offset += size
+        elif op == "end" and pid in open_first:
+            commit = draw(st.booleans())
+            batches.append((offset, offset, pid, "commit" if commit else "abort"))
+            first = open_first.pop(pid)
+            if not commit:
+                entries.append((pid, first, offset))
+            offset += 1
+        elif op in ("data", "idempotent"):
+            batches.append((offset, offset + size - 1, -1 if op == "data" else 3, "data"))
+            offset += size
+    if not batches:
+        batches.append((0, 0, -1, "data"))
+    start = draw(st.integers(0, len(batches) - 1))
+    fetched = batches[start:]
+    aborted = [(pid, first) for pid, first, last in entries if last >= fetched[0][0]]
+    return fetched, draw(st.permutations(aborted))
+
+
+@task("ex09.7", points=4)
+@PROPERTY
+@given(fetched_logs())
+def test_read_committed_matches_kafkas_consumer(learner, case):
+    batches, aborted = case
+    expect_equal(learner.read_committed(list(batches), list(aborted)),
+                 completed_fetch.read_committed(batches, aborted), call=_call(batches, aborted),
+                 mistakes=read_committed_mistakes(batches, aborted))

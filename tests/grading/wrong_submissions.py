@@ -392,6 +392,84 @@ def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
         return ACKS_REFUSED
     return ACKS_WHEN_REPLICATED
 ''', "min(min.insync.replicas, replication factor)"),
+    "aborting-from-the-fetch-start": ("ex09.7", '''
+def read_committed(batches, aborted):
+    aborting = {producer_id for producer_id, _ in aborted}   # first offsets ignored
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if kind == "abort":
+            aborting.discard(producer_id)
+        elif kind == "txn" and producer_id in aborting:
+            continue
+        if kind in ("data", "txn"):
+            delivered.append(base)
+    return delivered
+''', "only from its aborted transaction's first offset"),
+    "abort-marker-does-not-end-it": ("ex09.7", '''
+def read_committed(batches, aborted):
+    pending = sorted(aborted, key=lambda entry: entry[1])
+    aborting = set()
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if producer_id != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "txn" and producer_id in aborting:   # never leaves the set
+                continue
+        if kind in ("data", "txn"):
+            delivered.append(base)
+    return delivered
+''', "ABORT marker ends its aborted transaction"),
+    "markers-delivered": ("ex09.7", '''
+def read_committed(batches, aborted):
+    pending = sorted(aborted, key=lambda entry: entry[1])
+    aborting = set()
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if producer_id != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "abort":
+                aborting.discard(producer_id)
+            elif kind == "txn" and producer_id in aborting:
+                continue
+        delivered.append(base)                            # control batches too
+    return delivered
+''', "are never delivered"),
+    "aborting-drops-every-producer": ("ex09.7", '''
+def read_committed(batches, aborted):
+    pending = sorted(aborted, key=lambda entry: entry[1])
+    aborting = set()
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if producer_id != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "abort":
+                aborting.discard(producer_id)
+            elif kind == "txn" and aborting:              # whichever producer is aborting
+                continue
+        if kind in ("data", "txn"):
+            delivered.append(base)
+    return delivered
+''', "compare each batch's producer id"),
+    "aborted-list-taken-in-the-given-order": ("ex09.7", '''
+def read_committed(batches, aborted):
+    pending = list(aborted)                               # not sorted by first offset
+    aborting = set()
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if producer_id != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "abort":
+                aborting.discard(producer_id)
+            elif kind == "txn" and producer_id in aborting:
+                continue
+        if kind in ("data", "txn"):
+            delivered.append(base)
+    return delivered
+''', "take them by first offset"),
     "serve-one-byte-too-many": ("ex12.1", '''
 def serve_fetch(sock, file_fd, start, end):
     sent, count = 0, end - start + 1                   # counts both ends of the range

@@ -134,6 +134,12 @@ class InvalidProducerEpochError(KStoreError):
     error_code = 47
 
 
+class TransactionCoordinatorFencedError(KStoreError):
+    """A transaction marker from a coordinator older than the one that wrote the producer's last
+    marker (TransactionCoordinatorFencedException)."""
+    error_code = 52
+
+
 # Kafka's codes for the engine's errors, for the wire protocol.
 CorruptRecordError.error_code = 2           # CORRUPT_MESSAGE
 OffsetOutOfRangeError.error_code = 1

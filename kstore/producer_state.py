@@ -31,7 +31,11 @@ the high watermark, is the *first unstable offset*; the log's last stable offset
 smaller of it and the HW. Snapshots keep the ongoing transaction's first offset (the
 `current_txn_first_offset` field), and producers with an open transaction never expire.
 
-kstore differs from Kafka: markers are not checked against the coordinator epoch.
+A marker a coordinator appends is checked as Kafka's `ProducerAppendInfo.appendEndTxnMarker` does:
+its producer epoch must not be older than the producer's (INVALID_PRODUCER_EPOCH), and its
+coordinator epoch (in the marker's value) not older than the last marker's: a coordinator that lost
+its `__transaction_state` partition to another broker is a zombie (TRANSACTION_COORDINATOR_FENCED).
+Replicated markers are not checked (the leader did).
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ import os
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from .errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+import struct
+
+from .errors import (CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError,
+                     TransactionCoordinatorFencedError)
 from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ControlRecordType,
                       RecordBatch, decrement_sequence)
 from . import producer_snapshot
@@ -170,8 +177,11 @@ class ProducerStateManager:
         pending: dict[int, ProducerEntry | None] = {}
         for batch in batches:
             pid = batch.producer_id
-            if pid == NO_PRODUCER_ID or batch.is_control or batch.base_sequence == NO_SEQUENCE:
-                continue   # markers and transactional offset commits come from coordinators
+            if pid != NO_PRODUCER_ID and batch.is_control:
+                self._check_marker(batch, pending[pid] if pid in pending else self._producers.get(pid))
+                continue
+            if pid == NO_PRODUCER_ID or batch.base_sequence == NO_SEQUENCE:
+                continue   # transactional offset commits come from coordinators
             entry = pending[pid] if pid in pending else self._producers.get(pid)
             outcome, cached = decide(entry, batch.producer_epoch, batch.base_sequence,
                                      batch.last_sequence)
@@ -193,6 +203,24 @@ class ProducerStateManager:
             pending[pid] = base.with_batch(batch.producer_epoch, _metadata(batch))
         return None
 
+    def _check_marker(self, batch: RecordBatch, entry: ProducerEntry | None) -> None:
+        """A coordinator's COMMIT/ABORT marker: not from a fenced producer epoch, nor from a
+        coordinator older than the one that wrote the producer's last marker."""
+        if entry is None or batch.control_record_type() not in (ControlRecordType.COMMIT,
+                                                                 ControlRecordType.ABORT):
+            return
+        pid = batch.producer_id
+        if batch.producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of producer {pid} in the transaction marker appended to {self._where()} is "
+                f"{batch.producer_epoch}, which is smaller than the last seen epoch "
+                f"{entry.producer_epoch}")
+        epoch = marker_coordinator_epoch(batch)
+        if entry.coordinator_epoch > epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {pid} in partition {self._where()}: "
+                f"{epoch} (zombie), {entry.coordinator_epoch} (current)")
+
     def update(self, batch: RecordBatch) -> CompletedTxn | None:
         """Apply a batch that is in the log (after a leader append, on a follower, when loading).
         A control batch must be read whole (its record key says COMMIT or ABORT); the transaction
@@ -209,6 +237,8 @@ class ProducerStateManager:
             kind = batch.control_record_type()
             if kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
                 return None
+            self._producers[pid] = replace(self._producers[pid],
+                                           coordinator_epoch=marker_coordinator_epoch(batch))
             first = self._ongoing.pop(pid, batch.base_offset)
             done = CompletedTxn(pid, first, batch.base_offset, kind == ControlRecordType.ABORT)
             self._unreplicated.append(done)
@@ -345,3 +375,12 @@ class ProducerStateManager:
 
     def _where(self) -> str:
         return os.path.basename(self.dir) if self.dir else "the partition"
+
+
+def marker_coordinator_epoch(batch: RecordBatch) -> int:
+    """The coordinator epoch in a marker's value (EndTransactionMarker: version int16, epoch int32)."""
+    records = batch.records()
+    value = records[0].value if records else None
+    if value is None or len(value) < 6:
+        return -1
+    return struct.unpack_from(">i", value, 2)[0]

@@ -699,3 +699,44 @@ def test_kstores_own_consumer_drops_aborted_records_in_process_and_over_the_netw
         assert poll_all(Consumer(remote, isolation_level="read_committed"), "rc")[0] == [b"c1", b"c2", b"open"]
     finally:
         remote.close()
+
+
+def test_a_marker_from_a_stale_coordinator_epoch_or_producer_epoch_is_refused(served):
+    """WriteTxnMarkers as Kafka's partition leader checks it (ProducerAppendInfo.appendEndTxnMarker):
+    a marker whose coordinator epoch is older than the producer's last marker's is a zombie
+    coordinator's (TRANSACTION_COORDINATOR_FENCED), one with an older producer epoch is fenced
+    (INVALID_PRODUCER_EPOCH); nothing is appended and the transaction stays open. The coordinator
+    epoch survives a restart (producer snapshot)."""
+    from kstore.transaction_coordinator import write_marker_locally
+    broker, bootstrap = served
+    broker.create_topic("mk", 1)
+    log = broker.get_log("mk", 0)
+    log.append_as_leader(txn_batch(5, [b"x"], epoch=1))
+    assert write_marker_locally(broker, "mk", 0, 5, 1, True, coordinator_epoch=3) == "NONE"
+    log.append_as_leader(txn_batch(5, [b"y"], seq=1, epoch=1))
+    leo = log.log_end_offset
+    assert write_marker_locally(broker, "mk", 0, 5, 1, False, coordinator_epoch=2) == \
+        "TRANSACTION_COORDINATOR_FENCED"
+
+    def wire_marker(producer_epoch: int, coordinator_epoch: int) -> int:
+        host, port = bootstrap.split(":")
+        with closing(KafkaConnection(host, int(port))) as conn:
+            answer = conn.request(API["WriteTxnMarkers"], 0, {"markers": [{
+                "producer_id": 5, "producer_epoch": producer_epoch, "transaction_result": False,
+                "coordinator_epoch": coordinator_epoch,
+                "topics": [{"name": "mk", "partition_indexes": [0]}]}]})
+        return answer["markers"][0]["topics"][0]["partitions"][0]["error_code"]
+    assert wire_marker(1, 2) == E["TRANSACTION_COORDINATOR_FENCED"]
+    assert wire_marker(0, 3) == E["INVALID_PRODUCER_EPOCH"]
+    assert log.log_end_offset == leo and log.last_stable_offset == leo - 1     # still open
+    assert wire_marker(1, 4) == 0                                              # a newer coordinator
+    assert log.log_end_offset == leo + 1 and log.collect_aborted_transactions(0, leo + 1)
+    log.append_as_leader(txn_batch(5, [b"z"], seq=2, epoch=1))
+    broker.shutdown()
+    again = _broker(broker.log_dir)
+    try:
+        assert write_marker_locally(again, "mk", 0, 5, 1, True, coordinator_epoch=3) == \
+            "TRANSACTION_COORDINATOR_FENCED"
+        assert write_marker_locally(again, "mk", 0, 5, 1, True, coordinator_epoch=4) == "NONE"
+    finally:
+        again.shutdown()

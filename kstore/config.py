@@ -299,6 +299,10 @@ _BROKER_KEYS = [
               "The longest transaction.timeout.ms a producer may ask for."),
     ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
               at_least(1), "How often the coordinator aborts transactions past their timeout."),
+    ConfigKey("transactional.id.expiration.ms", "int", 604800000, at_least(1),
+              "How long a transactional id with no transaction open is kept without any request."),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+              at_least(1), "How often the coordinator removes expired transactional ids."),
 ]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

@@ -166,6 +166,9 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 txn = self.broker._txn_coordinator
                 if txn is not None and txn.abort_check_due():   # transaction timeouts
                     await asyncio.get_running_loop().run_in_executor(None, txn.abort_timed_out)
+                if txn is not None and txn.expiry_check_due():  # transactional.id.expiration.ms
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, txn.remove_expired_transactional_ids)
             except Exception:
                 pass
             await asyncio.sleep(0.05)

@@ -17,13 +17,16 @@ CompleteAbort → (next AddPartitions) Ongoing ...
   bumped epoch first and answers CONCURRENT_TRANSACTIONS; the client retries.
 * A transaction open longer than its `transaction.timeout.ms` is aborted by the coordinator
   (`abort_timed_out`, on the broker's timer), again bumping the epoch so the late producer is fenced.
+* A transactional id with no transaction open and no request for `transactional.id.expiration.ms`
+  (7 days) is removed: a tombstone in `__transaction_state` (`remove_expired_transactional_ids`,
+  every `transaction.remove.expired.transaction.cleanup.interval.ms`); a producer that comes back
+  with it gets a new producer id.
 * Markers to partitions this broker leads are appended locally; to partitions another broker leads
   they go as a WriteTxnMarkers v0 request (Kafka's TransactionMarkerChannelManager). A transaction whose
   markers could not all be written stays in Prepare* and is retried on the timer.
 
 kstore differs from Kafka: the coordinator handles one request at a time (one lock), markers are
-written synchronously inside EndTxn rather than by a background sender, and transactional ids never
-expire (`transactional.id.expiration.ms` is not applied).
+written synchronously inside EndTxn rather than by a background sender.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class TransactionCoordinator:
         self._txns: dict[str, TransactionMetadata] = {}
         self._loaded_epochs: dict[int, int] = {}
         self._last_abort_check = self.clock.milliseconds()
+        self._last_expiry_check = self.clock.milliseconds()
         if broker.metadata.topic(TRANSACTION_STATE_TOPIC) is None:
             brokers = len(broker.metadata.children("/brokers/ids"))
             wanted = broker.config["transaction.state.log.replication.factor"]
@@ -135,10 +139,13 @@ class TransactionCoordinator:
     def _persist(self, meta: TransactionMetadata) -> None:
         """Write the metadata record with acks=all and wait for it (appendTransactionToLog)."""
         meta.last_update_ms = self.clock.milliseconds()
-        record = Record(encode_key(meta.transactional_id), meta.to_value().encode(),
-                        meta.last_update_ms)
-        result = self.broker.produce_request(TRANSACTION_STATE_TOPIC,
-                                             self.partition_for(meta.transactional_id),
+        self._append_state(meta.transactional_id, meta.to_value().encode(), meta.last_update_ms)
+        self._txns[meta.transactional_id] = meta
+
+    def _append_state(self, tid: str, value: bytes | None, timestamp: int) -> None:
+        """One `__transaction_state` record (a tombstone when value is None), acks=all."""
+        record = Record(encode_key(tid), value, timestamp)
+        result = self.broker.produce_request(TRANSACTION_STATE_TOPIC, self.partition_for(tid),
                                              build_batch([record]), -1)
         result.wait(30)
         if not result.done:
@@ -146,7 +153,6 @@ class TransactionCoordinator:
         if result.error is not None:
             raise _Refused("NOT_COORDINATOR" if error_code(result.error) == 6
                            else "COORDINATOR_NOT_AVAILABLE")
-        self._txns[meta.transactional_id] = meta
 
     # ---- the APIs (each answers an error name, "NONE" on success)
     def init_producer_id(self, tid: str, timeout_ms: int) -> tuple[str, int, int]:
@@ -336,6 +342,37 @@ class TransactionCoordinator:
                         pass
             self._finish_prepared()
         return aborted
+
+    def remove_expired_transactional_ids(self, now: int | None = None) -> list[str]:
+        """Forget the transactional ids idle for transactional.id.expiration.ms with no
+        transaction open (Empty, CompleteCommit, CompleteAbort), writing a tombstone for each
+        (TransactionStateManager.removeExpiredTransactionalIds). Returns the removed ids."""
+        now = self.clock.milliseconds() if now is None else now
+        expiration = self.broker.config["transactional.id.expiration.ms"]
+        removed = []
+        with self._lock:
+            for meta in list(self._txns.values()):
+                if meta.state not in ("Empty", "CompleteCommit", "CompleteAbort") or \
+                        meta.last_update_ms + expiration > now or \
+                        not self._leads(self.partition_for(meta.transactional_id)):
+                    continue
+                try:
+                    self._append_state(meta.transactional_id, None, now)
+                except _Refused:
+                    continue
+                del self._txns[meta.transactional_id]
+                removed.append(meta.transactional_id)
+        return removed
+
+    def expiry_check_due(self) -> bool:
+        """Time to remove expired transactional ids
+        (transaction.remove.expired.transaction.cleanup.interval.ms)?"""
+        now = self.clock.milliseconds()
+        interval = self.broker.config["transaction.remove.expired.transaction.cleanup.interval.ms"]
+        if now - self._last_expiry_check < interval:
+            return False
+        self._last_expiry_check = now
+        return True
 
     def abort_check_due(self) -> bool:
         """Time for the periodic abort of timed-out transactions

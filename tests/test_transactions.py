@@ -740,3 +740,37 @@ def test_a_marker_from_a_stale_coordinator_epoch_or_producer_epoch_is_refused(se
         assert write_marker_locally(again, "mk", 0, 5, 1, True, coordinator_epoch=4) == "NONE"
     finally:
         again.shutdown()
+
+
+def test_an_idle_transactional_id_expires_with_a_tombstone(tmp_path):
+    """transactional.id.expiration.ms: an id with no open transaction and no request for that long
+    is removed (a tombstone in __transaction_state, so it stays gone after a restart); one with a
+    transaction open never expires; a producer coming back with the expired id gets a new
+    producer id at epoch 0."""
+    clock = ManualClock(T0)
+    broker = _broker(tmp_path / "logs", clock, **{"transactional.id.expiration.ms": 3_600_000})
+    broker.create_topic("t", 1)
+    tc = broker.transaction_coordinator
+    _e, idle_pid, _ = tc.init_producer_id("idle", 60000)
+    _e, busy_pid, _ = tc.init_producer_id("busy", 900000)
+    assert tc.add_partitions("busy", busy_pid, 0, [("t", 0)]) == {("t", 0): "NONE"}
+    clock.advance(3_599_999)
+    assert tc.remove_expired_transactional_ids() == []
+    clock.advance(1)
+    assert tc.remove_expired_transactional_ids() == ["idle"]
+    assert tc.transactional_ids() == ["busy"]
+    state = broker.get_log(TRANSACTION_STATE_TOPIC, tc.partition_for("idle"))
+    last = state.records()[-1]
+    assert decode_key(last.key) == "idle" and last.value is None
+    broker.shutdown()
+    broker = _broker(tmp_path / "logs", clock, **{"transactional.id.expiration.ms": 3_600_000})
+    try:
+        tc = broker.transaction_coordinator
+        assert tc.transactional_ids() == ["busy"] and tc.describe("busy").state == "Ongoing"
+        error, pid, epoch = tc.init_producer_id("idle", 60000)
+        assert error == "NONE" and pid != idle_pid and epoch == 0
+        assert not tc.expiry_check_due()            # the broker's timer runs it once an hour
+        clock.advance(3_600_000)
+        assert tc.expiry_check_due() and not tc.expiry_check_due()
+    finally:
+        broker.shutdown()

@@ -70,7 +70,7 @@ class TransactionApis:
     async def _end_txn(self, version, body, header) -> dict:
         error = await self._off_loop(self.broker.transaction_coordinator.end_txn,
                                      body["transactional_id"], body["producer_id"],
-                                     body["producer_epoch"], body["committed"])
+                                     body["producer_epoch"], body["committed"], False)
         return {"throttle_time_ms": 0, "error_code": _code(error, "EndTxn", version)}
 
     async def _txn_offset_commit(self, version, body, header) -> dict:

@@ -25,8 +25,9 @@ CompleteAbort → (next AddPartitions) Ongoing ...
   they go as a WriteTxnMarkers v0 request (Kafka's TransactionMarkerChannelManager). A transaction whose
   markers could not all be written stays in Prepare* and is retried on the timer.
 
-kstore differs from Kafka: the coordinator handles one request at a time (one lock), markers are
-written synchronously inside EndTxn rather than by a background sender.
+kstore differs from Kafka: the coordinator handles one request at a time (one lock), and the
+markers of an EndTxn request are written by one background thread per transaction (Kafka queues
+them per broker in its TransactionMarkerChannelManager); `end_txn` called in-process waits for them.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class TransactionCoordinator:
         self._loaded_epochs: dict[int, int] = {}
         self._last_abort_check = self.clock.milliseconds()
         self._last_expiry_check = self.clock.milliseconds()
+        self._writing: set[str] = set()     # transactional ids whose markers are in flight
         if broker.metadata.topic(TRANSACTION_STATE_TOPIC) is None:
             brokers = len(broker.metadata.children("/brokers/ids"))
             wanted = broker.config["transaction.state.log.replication.factor"]
@@ -226,13 +228,21 @@ class TransactionCoordinator:
         p = self.broker.group_coordinator.partition_for(group_id)
         return self.add_partitions(tid, pid, epoch, [(GROUP_OFFSETS_TOPIC, p)])[(GROUP_OFFSETS_TOPIC, p)]
 
-    def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> str:
+    def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, wait_markers: bool = True) -> str:
+        """EndTxn. With wait_markers=False (the EndTxn request, as Kafka answers it) the answer goes
+        once PrepareCommit/PrepareAbort is logged and the markers are written in the background
+        (Kafka's TransactionMarkerChannelManager), then Complete* is logged; meanwhile the
+        producer's next requests get CONCURRENT_TRANSACTIONS and retry. In-process callers (the
+        chapters) wait for the markers, so they are in the logs when end_txn returns."""
         with self._lock:
             try:
                 meta = self._check_producer(tid, pid, epoch)
                 done = "CompleteCommit" if commit else "CompleteAbort"
                 if meta.state == "Ongoing":
-                    self._complete(meta, commit)
+                    if wait_markers:
+                        self._complete(meta, commit)
+                    else:
+                        self._markers_in_background(self._prepare(meta, commit))
                     return "NONE"
                 if meta.state == done:               # a retry of the EndTxn that succeeded
                     return "NONE"
@@ -247,10 +257,52 @@ class TransactionCoordinator:
         fenced = _copy(meta, producer_epoch=meta.producer_epoch + 1)
         self._complete(fenced, commit=False)
 
-    def _complete(self, meta: TransactionMetadata, commit: bool) -> None:
+    def _prepare(self, meta: TransactionMetadata, commit: bool) -> TransactionMetadata:
         prepared = _copy(meta, state="PrepareCommit" if commit else "PrepareAbort")
         self._persist(prepared)
-        self._write_markers_and_finish(prepared)
+        return prepared
+
+    def _complete(self, meta: TransactionMetadata, commit: bool) -> None:
+        self._write_markers_and_finish(self._prepare(meta, commit))
+
+    def _markers_in_background(self, prepared: TransactionMetadata) -> None:
+        """Write the markers of a logged Prepare* on another thread, without the coordinator's
+        lock (other transactional ids go on), then log Complete*. While they are in flight the
+        timer's retry leaves the transaction alone; if some fail, it stays Prepare* for the timer."""
+        tid = prepared.transactional_id
+        self._writing.add(tid)
+
+        def run() -> None:
+            try:
+                failed = self.write_markers(prepared.producer_id, prepared.producer_epoch,
+                                            prepared.state == "PrepareCommit",
+                                            sorted(prepared.partitions), self._coordinator_epoch(tid))
+                with self._lock:
+                    current = self._txns.get(tid)
+                    if failed or current is None or (current.state, current.producer_id,
+                                                     current.producer_epoch) != (
+                            prepared.state, prepared.producer_id, prepared.producer_epoch):
+                        return
+                    try:
+                        self._persist(_completed(current))
+                    except _Refused:
+                        pass                        # stays Prepare*: the timer finishes it
+            finally:
+                with self._lock:
+                    self._writing.discard(tid)
+        threading.Thread(target=run, name=f"txn-markers-{tid}", daemon=True).start()
+
+    def wait_completed(self, tid: str, timeout_s: float = 30.0) -> str | None:
+        """Wait until the transaction of `tid` is no longer in Prepare* (markers written);
+        returns its state."""
+        import time
+        deadline = time.monotonic() + timeout_s
+        while True:
+            meta = self.describe(tid)
+            if meta is None or meta.state not in ("PrepareCommit", "PrepareAbort") \
+                    or time.monotonic() > deadline:
+                return None if meta is None else meta.state
+            time.sleep(0.005)
 
     def _write_markers_and_finish(self, prepared: TransactionMetadata) -> None:
         commit = prepared.state == "PrepareCommit"
@@ -259,8 +311,7 @@ class TransactionCoordinator:
                                     self._coordinator_epoch(prepared.transactional_id))
         if failed:
             raise _Refused("COORDINATOR_NOT_AVAILABLE")   # stays Prepare*; retried on the timer
-        self._persist(_copy(prepared, state="CompleteCommit" if commit else "CompleteAbort",
-                            partitions=set()))
+        self._persist(_completed(prepared))
 
     def write_markers(self, pid: int, epoch: int, commit: bool, partitions, coordinator_epoch: int
                       ) -> list[tuple[str, int]]:
@@ -318,6 +369,7 @@ class TransactionCoordinator:
     def _finish_prepared(self, p: int | None = None) -> None:
         for meta in list(self._txns.values()):
             if meta.state in ("PrepareCommit", "PrepareAbort") and \
+                    meta.transactional_id not in self._writing and \
                     (p is None or self.partition_for(meta.transactional_id) == p):
                 try:
                     self._write_markers_and_finish(meta)
@@ -421,6 +473,12 @@ class _Refused(Exception):
     def __init__(self, error: str):
         super().__init__(error)
         self.error = error
+
+
+def _completed(prepared: TransactionMetadata) -> TransactionMetadata:
+    """PrepareCommit → CompleteCommit, PrepareAbort → CompleteAbort, with no partitions."""
+    done = "CompleteCommit" if prepared.state == "PrepareCommit" else "CompleteAbort"
+    return _copy(prepared, state=done, partitions=set())
 
 
 def _copy(meta: TransactionMetadata, **changes) -> TransactionMetadata:

@@ -616,11 +616,13 @@ def test_kafka_python_send_offsets_visible_only_on_commit_and_after_a_restart(tm
         producer.begin_transaction()
         producer.send_offsets_to_transaction({tp: KOffset(5, "", -1)}, "kg")
         assert broker.group_coordinator.fetch_offsets("kg") == {}          # pending
-        producer.commit_transaction()
+        producer.commit_transaction()            # answered at PrepareCommit: the marker follows
+        assert broker.transaction_coordinator.wait_completed("kp-offsets") == "CompleteCommit"
         assert broker.group_coordinator.fetch_offsets("kg")[("in", 0)].offset == 5
         producer.begin_transaction()
         producer.send_offsets_to_transaction({tp: KOffset(9, "", -1)}, "kg")
         producer.abort_transaction()
+        assert broker.transaction_coordinator.wait_completed("kp-offsets") == "CompleteAbort"
         assert broker.group_coordinator.fetch_offsets("kg")[("in", 0)].offset == 5
     finally:
         producer.close(timeout=2)
@@ -774,3 +776,37 @@ def test_an_idle_transactional_id_expires_with_a_tombstone(tmp_path):
         assert tc.expiry_check_due() and not tc.expiry_check_due()
     finally:
         broker.shutdown()
+
+
+def test_end_txn_answers_once_prepare_is_logged_and_markers_follow(served):
+    """EndTxn over the wire as Kafka answers it: once PrepareCommit is in __transaction_state; the
+    markers are written afterwards in the background (held back here until the test lets them
+    go), and meanwhile the producer's next AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS and the
+    LSO stays at the transaction's first offset. Then CompleteCommit, the marker, LSO = HW."""
+    import threading
+    broker, bootstrap = served
+    broker.create_topic("as", 1)
+    tc = broker.transaction_coordinator
+    _e, pid, epoch = tc.init_producer_id("async", 60000)
+    tc.add_partitions("async", pid, epoch, [("as", 0)])
+    broker.produce("as", 0, txn_batch(pid, [b"v"], epoch=epoch))
+    log = broker.get_log("as", 0)
+    go, real_write = threading.Event(), tc.write_markers
+
+    def held_back(*args, **kwargs):
+        go.wait(30)
+        return real_write(*args, **kwargs)
+    tc.write_markers = held_back
+    host, port = bootstrap.split(":")
+    with closing(KafkaConnection(host, int(port))) as conn:
+        answer = conn.request(API["EndTxn"], 0, {"transactional_id": "async", "producer_id": pid,
+                                                 "producer_epoch": epoch, "committed": True})
+    assert answer["error_code"] == 0
+    assert tc.describe("async").state == "PrepareCommit"
+    assert not any(b.is_control for b in log.batches()) and log.last_stable_offset == 0
+    assert tc.add_partitions("async", pid, epoch, [("as", 0)]) == {("as", 0): "CONCURRENT_TRANSACTIONS"}
+    go.set()
+    assert tc.wait_completed("async") == "CompleteCommit"
+    assert [b.control_record_type() for b in log.batches() if b.is_control] == [ControlRecordType.COMMIT]
+    assert log.last_stable_offset == log.high_watermark == 2
+    assert tc.add_partitions("async", pid, epoch, [("as", 0)]) == {("as", 0): "NONE"}

@@ -78,8 +78,7 @@ class TransactionCoordinator:
         self._lock = threading.RLock()
         self._txns: dict[str, TransactionMetadata] = {}
         self._loaded_epochs: dict[int, int] = {}
-        self._last_abort_check = self.clock.milliseconds()
-        self._last_expiry_check = self.clock.milliseconds()
+        self._last_run = {"abort": self.clock.milliseconds(), "expiry": self.clock.milliseconds()}
         self._writing: set[str] = set()     # transactional ids whose markers are in flight
         if broker.metadata.topic(TRANSACTION_STATE_TOPIC) is None:
             brokers = len(broker.metadata.children("/brokers/ids"))
@@ -417,23 +416,19 @@ class TransactionCoordinator:
         return removed
 
     def expiry_check_due(self) -> bool:
-        """Time to remove expired transactional ids
-        (transaction.remove.expired.transaction.cleanup.interval.ms)?"""
-        now = self.clock.milliseconds()
-        interval = self.broker.config["transaction.remove.expired.transaction.cleanup.interval.ms"]
-        if now - self._last_expiry_check < interval:
-            return False
-        self._last_expiry_check = now
-        return True
+        """Time to remove expired transactional ids?"""
+        return self._due("expiry", "transaction.remove.expired.transaction.cleanup.interval.ms")
 
     def abort_check_due(self) -> bool:
-        """Time for the periodic abort of timed-out transactions
-        (transaction.abort.timed.out.transaction.cleanup.interval.ms)?"""
+        """Time for the periodic abort of timed-out transactions?"""
+        return self._due("abort", "transaction.abort.timed.out.transaction.cleanup.interval.ms")
+
+    def _due(self, task: str, interval_key: str) -> bool:
+        """A periodic task is due when its interval (a broker config) has passed since it last ran."""
         now = self.clock.milliseconds()
-        interval = self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
-        if now - self._last_abort_check < interval:
+        if now - self._last_run[task] < self.broker.config[interval_key]:
             return False
-        self._last_abort_check = now
+        self._last_run[task] = now
         return True
 
     # ---- views

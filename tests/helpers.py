@@ -15,3 +15,27 @@ def records(n: int, start: int = 0, size: int = 10, ts: int = T0) -> list[Record
     """n keyed records k<start>..; value = a letter repeated `size` times; timestamps ts+i."""
     return [Record(f"k{i}".encode(), bytes([65 + i % 26]) * size, ts + i)
             for i in range(start, start + n)]
+
+
+def serve_log_dir(log_dir, cwd=None):
+    """`kstore serve` on a log directory, on a free port: (process, "127.0.0.1:port") once it
+    accepts connections."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir), "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
+            time.sleep(0.1)

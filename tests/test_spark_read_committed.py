@@ -6,15 +6,11 @@ queries (a real SparkSession), and the backends underneath it without Spark."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import T0
+from helpers import T0, serve_log_dir
 from kstore.broker import Broker
 from kstore.records import ControlRecordType, Record, build_batch, build_control_batch
 from kstore.spark.backends import Location
@@ -129,16 +125,21 @@ def _values(backend, tp):
     return end, rows
 
 
+def _check_both_partitions(backend, info, committed: bool) -> None:
+    """latest is the LSO (read_committed) or the HW, and the rows are what that level shows."""
+    for p in (0, 1):
+        end, rows = _values(backend, (TOPIC, p))
+        if committed:
+            assert (end, rows) == (info[p]["lso"], info[p]["committed_below_lso"])
+        else:
+            assert (end, rows) == (info[p]["hw"], info[p]["everything"])
+
+
 @pytest.mark.parametrize("committed", [False, True], ids=["read_uncommitted", "read_committed"])
 def test_log_dir_backend_honours_the_isolation_level(txlog, committed):
     d, info = txlog
     with Location(log_dir=str(d), read_committed=committed).open() as backend:
-        for p in (0, 1):
-            end, rows = _values(backend, (TOPIC, p))
-            if committed:
-                assert (end, rows) == (info[p]["lso"], info[p]["committed_below_lso"])
-            else:
-                assert (end, rows) == (info[p]["hw"], info[p]["everything"])
+        _check_both_partitions(backend, info, committed)
         # a range starting inside an aborted transaction, and one per batch: same filtering
         _s, lso = backend.offset_ranges([(TOPIC, 0)])[(TOPIC, 0)]
         pieces = []
@@ -149,28 +150,25 @@ def test_log_dir_backend_honours_the_isolation_level(txlog, committed):
                           info[0]["everything"][:len(pieces)])
 
 
-def _serve(d: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(d), "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
-            time.sleep(0.1)
+def test_log_dir_lso_without_producer_snapshots_scans_from_the_log_start(txlog, tmp_path):
+    """A log dir without `.snapshot` files (e.g. written by `Log` alone, or snapshots deleted):
+    the open transactions come from the batch headers alone; the snapshots give the same LSO."""
+    import shutil
+    d, info = txlog
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    snapshots = list(copy.glob("*/*.snapshot"))
+    assert snapshots
+    for f in snapshots:
+        f.unlink()
+    with Location(log_dir=str(copy), read_committed=True).open() as backend:
+        _check_both_partitions(backend, info, True)
 
 
 @pytest.fixture(scope="module")
 def served_txlog(txlog):
     d, info = txlog
-    proc, servers = _serve(d)
+    proc, servers = serve_log_dir(d, ROOT)
     yield servers, info
     proc.terminate()
     proc.wait(30)
@@ -180,12 +178,7 @@ def served_txlog(txlog):
 def test_network_backend_honours_the_isolation_level(served_txlog, committed):
     servers, info = served_txlog
     with Location(bootstrap_servers=servers, read_committed=committed).open() as backend:
-        for p in (0, 1):
-            end, rows = _values(backend, (TOPIC, p))
-            if committed:
-                assert (end, rows) == (info[p]["lso"], info[p]["committed_below_lso"])
-            else:
-                assert (end, rows) == (info[p]["hw"], info[p]["everything"])
+        _check_both_partitions(backend, info, committed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,22 +55,12 @@ def _newest_snapshot(directory: str, at_most: int) -> tuple[int, dict[int, int]]
     return -1, {}
 
 
-def _headers(segment, start_position: int):
-    """(base offset, attributes, producer id) of each complete batch from start_position."""
-    fd = os.open(segment.path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        pos = start_position
-        while pos + RECORD_BATCH_OVERHEAD <= size:
-            header = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
-            (base, length, _e, _m, _crc, attributes, _d, _bt, _mt, producer_id, _pe, _s,
-             _n) = HEADER.unpack_from(header)
-            if length <= 0 or pos + 12 + length > size:
-                return                                 # zero tail, or a batch being written
-            yield base, attributes, producer_id
-            pos += 12 + length
-    finally:
-        os.close(fd)
+def _headers(part, segment, start_position: int):
+    """(base offset, attributes, producer id) of each complete batch from start_position (the
+    reader's batch walk, then the header fields it does not keep)."""
+    for pos, base, _last, _size in part._spans(segment, start_position):
+        fields = HEADER.unpack_from(part._read(segment, pos, RECORD_BATCH_OVERHEAD))
+        yield base, fields[5], fields[9]               # attributes, producer id
 
 
 def last_stable_offset(part, log_start: int, high_watermark: int) -> int:
@@ -86,7 +76,7 @@ def last_stable_offset(part, log_start: int, high_watermark: int) -> int:
             if segment.base_offset >= high_watermark:
                 break
             position = segment.position_for(scan_from) if segment.base_offset <= scan_from else 0
-            for base, attributes, producer_id in _headers(segment, position):
+            for base, attributes, producer_id in _headers(part, segment, position):
                 if base >= high_watermark:
                     break
                 if base < scan_from:

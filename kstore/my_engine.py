@@ -22,7 +22,8 @@ Not every saved function has an engine seam yet: encode_batch, compact and the c
 decision functions are saved and checked by their tests only (the status line lists them).
 `send_range` runs where the engine sends a `FileSlice` itself (the chapter 11 demos); behind
 `kstore serve` the network server sends each Fetch response's file slice with chapter 12's
-`serve_fetch` when you saved it (its own non-blocking `os.sendfile` loop otherwise).
+`serve_fetch` when you saved it, else with chapter 11's `send_range` when you saved that (its own
+non-blocking `os.sendfile` loop otherwise).
 
 This runs YOUR code inside the broker process that serves real clients, on your machine: that is the
 point (your engine, your data). It is never done by the grader: `kstore grade` runs learner code only
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .grading.exercises import EXERCISES, Exercise
+from .grading.exercises import EXERCISES, FUNCTION_TASK, Exercise
 
 DEFAULT_FOLDER = "my_engine"
 log = logging.getLogger("kstore.my_engine")
@@ -239,9 +240,12 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 
 # ================================================================================ loading & plugging
-def load_functions(folder: str | os.PathLike) -> tuple[dict[str, tuple[Callable, str]], list[str]]:
-    """{function name: (function, file name)} of every chapter file in `folder`, and one line per
-    file that could not be loaded."""
+def load_functions(folder: str | os.PathLike, *, every_saved: bool = False
+                   ) -> tuple[dict[str, tuple[Callable, str]], list[str]]:
+    """{function name: (function, file name)} of every chapter file in `folder` (the functions the
+    engine plugs in; `every_saved`: every saved exercise function), and one line per file that
+    could not be loaded."""
+    wanted = set(FUNCTION_TASK) if every_saved else PLUGGED
     found: dict[str, tuple[Callable, str]] = {}
     problems: list[str] = []
     folder = Path(folder)
@@ -260,9 +264,44 @@ def load_functions(folder: str | os.PathLike) -> tuple[dict[str, tuple[Callable,
         for attr, value in vars(module).items():
             if saved is not None and attr not in saved:
                 continue
-            if attr in PLUGGED and callable(value) and getattr(value, "__module__", None) == name:
+            if attr in wanted and callable(value) and getattr(value, "__module__", None) == name:
                 found[attr] = (value, path.name)
     return found, problems
+
+
+def load_engine(folder: str | os.PathLike = DEFAULT_FOLDER, namespace: dict[str, Any] | None = None, *,
+                quiet: bool = False) -> list[str]:
+    """Put every function saved in `folder` into `namespace` (the notebook's globals) — except
+    those the notebook defines itself, which are newer. Returns the names loaded. This runs your
+    own files in your own process (also when graded: in the confined learner process)."""
+    ns = namespace if namespace is not None else sys._getframe(1).f_globals
+    functions, problems = load_functions(folder, every_saved=True) if Path(folder).is_dir() else ({}, [])
+    loaded = sorted(n for n in functions if not callable(ns.get(n)))
+    ns.update({n: functions[n][0] for n in loaded})
+    if not quiet:
+        missing = [f for f in FUNCTION_TASK if f not in functions and not callable(ns.get(f))]
+        print(f"your engine ({folder}): {len(loaded)} saved functions loaded"
+              + (f"; not saved yet: {', '.join(missing)}" if missing else "; nothing missing"))
+        for line in problems:
+            print(line)
+    return loaded
+
+
+def capstone(folder: str | os.PathLike = DEFAULT_FOLDER, root: str | os.PathLike | None = None):
+    """Chapter 12's capstone on the engine saved in `folder` (run here, on your machine): prints
+    one line per check and returns the `kstore.grading.capstone.Capstone`."""
+    import tempfile
+    from .grading.capstone import run_capstone
+    functions, problems = load_functions(folder, every_saved=True) if Path(folder).is_dir() else ({}, [])
+    with tempfile.TemporaryDirectory(prefix="kstore-capstone-") as tmp:
+        result = run_capstone({n: fn for n, (fn, _) in functions.items()}, root or tmp)
+    print(result.summary())
+    for res in result.results.values():
+        if not res.passed:
+            print(res.feedback())
+    for line in problems:
+        print(line)
+    return result
 
 
 def _yours(fn: Callable, name: str, file: str, engine: "MyEngine") -> Callable:
@@ -330,14 +369,8 @@ def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = F
     engine = MyEngine(str(folder))
     functions, engine.problems = load_functions(folder) if Path(folder).is_dir() else ({}, [
         f"{folder}: no such folder yet (save() in an exercise notebook creates it)"])
-    fns: dict[str, Callable] = {}
-    for part, names in PARTS:
-        if all(n in functions for n in names):
-            engine.yours.append(part)
-            for n in names:
-                fns[n] = _yours(functions[n][0], n, functions[n][1], engine)
-        else:
-            engine.kstores.append(part)
+    fns, engine.yours, engine.kstores = plugged(
+        {n: _yours(fn, n, file, engine) for n, (fn, file) in functions.items()})
     engine.unplugged = sorted(n for n in functions if n not in PLUGGED)
     stack = contextlib.ExitStack()
     from .grading import live
@@ -347,6 +380,21 @@ def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = F
     if not quiet:
         print(engine.status)
     return engine
+
+
+def plugged(functions: dict[str, Callable]) -> tuple[dict[str, Callable], list[str], list[str]]:
+    """(the functions the engine runs, the parts that are yours, the parts that are kstore's): a
+    part is yours when every function it needs is in `functions`."""
+    fns: dict[str, Callable] = {}
+    yours: list[str] = []
+    kstores: list[str] = []
+    for part, names in PARTS:
+        if all(n in functions for n in names):
+            yours.append(part)
+            fns.update((n, functions[n]) for n in names)
+        else:
+            kstores.append(part)
+    return fns, yours, kstores
 
 
 def _patches(live, fns: dict[str, Callable]) -> list:
@@ -382,6 +430,9 @@ def _patches(live, fns: dict[str, Callable]) -> list:
         chosen = pick(*names)
         if chosen:
             patches += plug(**chosen)
+    if "send_range" in fns and "serve_fetch" not in fns:     # chapter 11's loop sends the fetch responses
+        send_range = fns["send_range"]
+        patches += live.fetch_serving(lambda sock, fd, start, end: send_range(sock, fd, start, end - start))
     return patches
 
 
@@ -469,4 +520,28 @@ def diagnose_recovery(folder: str | os.PathLike, partition_dir: str | os.PathLik
         if yours != kstores:
             out.append(f"your valid_prefix_length ({file}) keeps {yours} bytes of {path.name}; kstore's recovery "
                        f"keeps {kstores} (the first bad batch starts there)")
+    return out
+
+
+# ================================================================================ the solutions' engine
+def solutions_engine_files() -> dict[str, str]:
+    """{file name: text} of the engine a learner who finished every exercise has: each solution
+    notebook's functions, written as `save()` writes them (`solutions/my_engine/`, which the
+    grader hands in beside the chapter 12 solution)."""
+    import tempfile
+    from .grading.notebooks import exec_definitions
+    with tempfile.TemporaryDirectory() as tmp:
+        for ex in EXERCISES.values():
+            ns = exec_definitions(ex.solution_path)
+            write_chapter(tmp, ex, ns, list(ex.functions), notebook=ex.solution_path)
+        return {p.name: p.read_text() for p in sorted(Path(tmp).glob("*.py"))}
+
+
+def write_solutions_engine(folder: str | os.PathLike | None = None) -> Path:
+    """Write `solutions/my_engine/` (replacing its chapter files)."""
+    from .grading.exercises import SOLUTIONS_DIR
+    out = Path(folder) if folder is not None else SOLUTIONS_DIR / DEFAULT_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in solutions_engine_files().items():
+        (out / name).write_text(text)
     return out

@@ -322,13 +322,14 @@ def retention_rules(deletable_segments: Callable | None = None, retention_time_b
         patches.append(Patch(retention, "retention_ms_breached", time_rule))
     if size_breach_count is not None:
         def size_rule(log_size, retention_bytes):
-            seen: list[int] = []
+            seen: dict[int, int] = {}          # base offset → size (asked twice, it answers the same)
 
             def predicate(segment, _next):
-                seen.append(segment.size)
+                seen[segment.base_offset] = segment.size
+                prefix = [size for base, size in sorted(seen.items()) if base <= segment.base_offset]
                 # what is not seen yet counts as one more segment: the count depends only on the prefix
-                sizes = seen + [max(0, log_size - sum(seen))]
-                return size_breach_count(sizes, retention_bytes) >= len(seen)
+                sizes = prefix + [max(0, log_size - sum(prefix))]
+                return size_breach_count(sizes, retention_bytes) >= len(prefix)
             return predicate
         patches.append(Patch(retention, "retention_size_breached", size_rule))
     return patches

@@ -90,6 +90,20 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 PLUGGED = {f for _, names in PARTS for f in names}
 
+# The "from scratch" path: whole components as the learner's own classes, defined in
+# `my_engine/from_scratch.py` (a file save() never touches). Class name → (its part in the status
+# line, what the engine does with it).
+FROM_SCRATCH_FILE = "from_scratch.py"
+CLASS_SEAMS: dict[str, tuple[str, str]] = {
+    "OffsetIndex": ("offset index (your class)", "every segment's .index is opened with it "
+                    "(Kafka's OffsetIndex: append, lookup, truncate, trim, resize)"),
+    "OffsetMap": ("cleaner's offset map (your class)", "the cleaner builds its key → latest offset map with "
+                  "it (Kafka's SkimpyOffsetMap: put, get, update_latest_offset, clear, size, slots)"),
+    "RollPolicy": ("roll policy (your class)", "one instance decides every roll: "
+                   "should_roll(size, messages_size, segment_bytes, time_waited_ms, segment_ms, "
+                   "index_full, base_offset, max_offset_in_messages)"),
+}
+
 
 # ================================================================================ saving
 def chapter_file(ex: Exercise) -> str:
@@ -269,6 +283,38 @@ def load_functions(folder: str | os.PathLike, *, every_saved: bool = False
     return found, problems
 
 
+def load_classes(folder: str | os.PathLike) -> tuple[dict[str, type], list[str]]:
+    """The learner's own component classes (CLASS_SEAMS) in `folder/from_scratch.py`, and one line
+    if that file could not be loaded."""
+    path = Path(folder) / FROM_SCRATCH_FILE
+    if not path.is_file():
+        return {}, []
+    name = "kstore_my_engine_from_scratch"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        return {}, [f"{path.name} could not be loaded ({type(e).__name__}: {e}); kstore's classes serve"]
+    return {c: getattr(module, c) for c in CLASS_SEAMS if isinstance(getattr(module, c, None), type)}, []
+
+
+def class_patches(classes: dict[str, type]) -> list:
+    """Plug the learner's classes in where the engine makes those components."""
+    from . import cleaner, segment
+    from .grading import live
+    patches: list = []
+    if "OffsetIndex" in classes:
+        patches.append(live.Patch(segment, "OffsetIndex", classes["OffsetIndex"]))
+    if "OffsetMap" in classes:
+        patches.append(live.Patch(cleaner, "SkimpyOffsetMap", classes["OffsetMap"]))
+    if "RollPolicy" in classes:
+        patches += live.segment_rolling(should_roll=classes["RollPolicy"]().should_roll)
+    return patches
+
+
 def load_engine(folder: str | os.PathLike = DEFAULT_FOLDER, namespace: dict[str, Any] | None = None, *,
                 quiet: bool = False) -> list[str]:
     """Put every function saved in `folder` into `namespace` (the notebook's globals) — except
@@ -293,8 +339,10 @@ def capstone(folder: str | os.PathLike = DEFAULT_FOLDER, root: str | os.PathLike
     import tempfile
     from .grading.capstone import run_capstone
     functions, problems = load_functions(folder, every_saved=True) if Path(folder).is_dir() else ({}, [])
+    classes, class_problems = load_classes(folder) if Path(folder).is_dir() else ({}, [])
+    problems += class_problems
     with tempfile.TemporaryDirectory(prefix="kstore-capstone-") as tmp:
-        result = run_capstone({n: fn for n, (fn, _) in functions.items()}, root or tmp)
+        result = run_capstone({n: fn for n, (fn, _) in functions.items()}, root or tmp, classes=classes)
     print(result.summary())
     for res in result.results.values():
         if not res.passed:
@@ -349,12 +397,20 @@ class MyEngine:
 
     def close(self) -> None:
         """Put kstore's own code back everywhere."""
+        global _current
         if self._stack is not None:
             self._stack.close()
             self._stack = None
+        if _current is self:
+            _current = None
 
 
 _current: MyEngine | None = None
+
+
+def active() -> MyEngine | None:
+    """The switch that is on in this process (views show it as a badge), or None."""
+    return _current
 
 
 def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = False) -> MyEngine | None:
@@ -372,9 +428,12 @@ def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = F
     fns, engine.yours, engine.kstores = plugged(
         {n: _yours(fn, n, file, engine) for n, (fn, file) in functions.items()})
     engine.unplugged = sorted(n for n in functions if n not in PLUGGED)
+    classes, class_problems = load_classes(folder) if Path(folder).is_dir() else ({}, [])
+    engine.problems += class_problems
+    engine.yours += [CLASS_SEAMS[c][0] for c in classes]
     stack = contextlib.ExitStack()
     from .grading import live
-    stack.enter_context(live.plug(_patches(live, fns)))
+    stack.enter_context(live.plug(_patches(live, fns), class_patches(classes)))
     engine._stack = stack
     _current = engine
     if not quiet:

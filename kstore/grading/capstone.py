@@ -140,6 +140,7 @@ class Referee:
         self.calls: dict[str, set[str]] = {c: set() for c in CHECKS}
         self._lock = threading.RLock()
         self._inside = threading.local()     # a learner call in progress on this thread
+        self.kstores_classes: list = []         # patches that put kstore's classes back (reference runs)
 
 
     def wrap(self, name: str) -> Callable:
@@ -239,7 +240,7 @@ class CheckResult:
         if self.missing:
             out.append(f"  not implemented yet in your engine (not saved; kstore's code served them): "
                        f"{', '.join(self.missing)} — save(...) in their exercise notebooks, and hand in "
-                       f"my_engine/ with this notebook")
+                       f"my_engine/ with this notebook; this check runs once all of them are saved")
         return "\n".join(out)
 
 
@@ -249,6 +250,7 @@ class Capstone:
     yours: list[str]
     not_serving: dict[str, str]
     seconds: float
+    calls: dict[str, set[str]] = field(default_factory=dict)    # check → the learner's functions it called
 
     def summary(self) -> str:
         lines = [f"{'✔' if r.passed else '✘'} {c}: {TITLES[c]}" for c, r in self.results.items()]
@@ -371,7 +373,7 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
     from . import live
     log_dir = root / "clients"
     with _broker(log_dir) as (broker, bootstrap, _):
-        broker.create_topic("capstone", 2, 1, dict(SMALL))
+        broker.create_topic("capstone", 3, 1, dict(SMALL))   # 3: toPositive ≠ Python %
         keys = [f"key-{i:02d}".encode() for i in range(24)]
         values = _values("kp", 24)
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, request_timeout_ms=10000)
@@ -389,14 +391,14 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
             for i, k in enumerate(keys):
                 own.send("capstone", value=b"own-" + values[i][:40], key=k,
                          timestamp_ms=T0 - 5_000 * (i % 3) + (3_000_000_000 if i == 23 else 0))
-        mine = {k: partitioner.partition_for_key(k, 2) for k in keys}
+        mine = {k: partitioner.partition_for_key(k, 3) for k in keys}
         wrong = [k for k in keys if mine[k] != placed[k]]
         if wrong:
             k = wrong[0]
             res.problems.append(f"kafka-python's producer put key {k!r} in partition {placed[k]}; your engine's "
                                 f"producer put it in partition {mine[k]} ({len(wrong)} of {len(keys)} keys "
                                 f"disagree): clients must agree where a key lives")
-        expect = {p: [] for p in (0, 1)}
+        expect = {p: [] for p in (0, 1, 2)}
         for k, v in zip(keys, values):
             expect[placed[k]].append((k, v))
         for i, k in enumerate(keys):
@@ -416,7 +418,7 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
         del cp                                  # librdkafka's producer goes before the broker does
         expect[1] += [(b"ck", v) for v in ck_values]
         res.steps.append("kstore's producer (your encoder) and confluent-kafka (lz4, idempotent) produced")
-        for p in (0, 1):
+        for p in (0, 1, 2):
             got = _kp_read(bootstrap, "capstone", p, len(expect[p]))
             problem = _diff(f"kafka-python read partition {p}", [(k, v) for _, k, v in got], expect[p])
             if problem:
@@ -669,8 +671,29 @@ def _replication_run(root: Path) -> dict:
     acks = live.acks_scenarios(str(root / "acks"))
     elections = live.election_scenarios(str(root / "elections"))
     kip101 = live.kip101_scenario_1(str(root / "kip101"), EPOCH_TRUNCATION)
-    return {"acks": acks, "elections": elections,
+    return {"acks": acks, "elections": elections, "an election when the ISR is not in assignment order":
+            _isr_order_election(root / "isr-order"),
             "KIP-101 (a follower restarts, then the leader fails)": {k: kip101[k] for k in ("acked", "values")}}
+
+
+def _isr_order_election(root: Path) -> dict:
+    """Replicas [0, 1, 2]. Kafka's leader appends a follower that rejoins the ISR at its end, so its
+    AlterPartition may say ISR [0, 2, 1] (kstore's own leader keeps assignment order; the request
+    here is what Kafka's would send). The leader dies: Kafka elects the first live ISR member in
+    *assignment* order, broker 1 — not the first of the ISR list."""
+    from ..clock import ManualClock
+    from ..cluster import Cluster
+    cluster = Cluster(str(root), num_brokers=3, clock=ManualClock(T0))
+    try:
+        cluster.create_topic("order", 1, 3)
+        cluster.produce("order", 0, ["a"], acks="all")
+        cluster.replicate(rounds=3)
+        cluster.brokers[0].alter_partition_isr("order", 0, 0, [0, 2, 1])
+        isr = cluster.isr("order")
+        cluster.crash(0)
+        return {"ISR before the leader died": isr, "new leader": cluster.leader("order")}
+    finally:
+        cluster.shutdown()
 
 
 def _check_replication(root: Path, ref: Referee, res: CheckResult, state: dict) -> None:
@@ -691,10 +714,12 @@ def _compare_runs(ref: Referee, res: CheckResult, root: Path, run: Callable[[Pat
 
 @contextlib.contextmanager
 def _reference_mode(ref: Referee):
+    from . import live
     with ref._lock:
         ref.reference_mode = True
     try:
-        yield
+        with live.plug(ref.kstores_classes):     # and kstore's own components, not the learner's classes
+            yield
     finally:
         with ref._lock:
             ref.reference_mode = False
@@ -707,9 +732,10 @@ RUNNERS = {"clients": _check_clients, "files": _check_files, "restart": _check_r
 # ================================================================================ the run
 def run_capstone(functions: dict[str, Callable], root: str | os.PathLike, *,
                  reference: Callable[[str], Callable] | None = None,
-                 checks: tuple[str, ...] = CHECKS) -> Capstone:
-    """Run `checks` on an engine with `functions` (name → the learner's function) plugged in.
-    `reference(name)` gives Kafka's answer for each (the solutions; the default)."""
+                 checks: tuple[str, ...] = CHECKS, classes: dict[str, type] | None = None) -> Capstone:
+    """Run `checks` on an engine with `functions` (name → the learner's function) plugged in, and
+    the learner's own component `classes` (`kstore.my_engine.CLASS_SEAMS`; judged by the checks'
+    outcomes). `reference(name)` gives Kafka's answer for each function (the solutions; the default)."""
     from .. import my_engine
     from . import live
     if reference is None:
@@ -721,10 +747,18 @@ def run_capstone(functions: dict[str, Callable], root: str | os.PathLike, *,
     wrapped = {n: ref.wrap(n) for n in fns}
     state: dict = {"wrapped": wrapped}
     results = {c: CheckResult(c) for c in checks}
-    with live.plug(my_engine._patches(live, wrapped)):
+    classes = dict(classes or {})
+    yours += [my_engine.CLASS_SEAMS[c][0] for c in classes]
+    function_patches, class_patches = my_engine._patches(live, wrapped), my_engine.class_patches(classes)
+    with live.plug(function_patches):
+        ref.kstores_classes = [live.Patch(p.target, p.name, p.target.__dict__[p.name]) for p in class_patches]
+    with live.plug(function_patches, class_patches):
         for check in checks:
             res = results[check]
             ref.check = check
+            res.missing = [n for n, c in OWNER.items() if c == check and n not in fns]
+            if res.missing:                 # kstore's code would pass for the learner: not run
+                continue
             work = root / check
             work.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
@@ -734,8 +768,6 @@ def run_capstone(functions: dict[str, Callable], root: str | os.PathLike, *,
                 res.problems.append(f"the engine failed: {type(e).__name__}: {_short(str(e), 300)}")
             res.seconds = round(time.perf_counter() - t0, 2)
     for check, res in results.items():
-        owned = [n for n, c in OWNER.items() if c == check]
-        res.missing = [n for n in owned if n not in fns]
         mine = ref.owned_divergences(check)
         res.lines = [d.line() for d in mine]
         res.blamed = list(dict.fromkeys(res.blamed + [d.name for d in mine]))
@@ -743,8 +775,10 @@ def run_capstone(functions: dict[str, Callable], root: str | os.PathLike, *,
             ran = sorted(n for n in ref.calls[check] if OWNER.get(n) == check)
             res.lines.append(f"your functions that ran here: {', '.join(ran) or 'none'} (each answered as "
                              f"Kafka's rule does whenever it was asked)")
+            if classes:
+                res.lines.append(f"your classes served here too: {', '.join(classes)} (from_scratch.py)")
     not_serving = {n: why for n, why in NOT_SERVING.items() if n in functions}
-    return Capstone(results, yours, not_serving, round(time.perf_counter() - started, 1))
+    return Capstone(results, yours, not_serving, round(time.perf_counter() - started, 1), ref.calls)
 
 
 # ================================================================================ grading a notebook

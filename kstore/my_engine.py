@@ -18,16 +18,28 @@ Then, in a notebook or at the command line:
 composes the per-chapter plugs of `kstore.grading.live` for every part you saved; where you have not
 written a part, kstore's own code serves it.
 
-Not every saved function has an engine seam yet: encode_batch, compact and the chapter 08/09
-decision functions are saved and checked by their tests only (the status line lists them).
+Not every saved function is called by a serving broker: encode_batch (kstore's batch builder
+encodes each record with your encode_record), compact (the cleaner's copy loop is kstore's; it keeps
+and groups by your rules), range_assign (assignment runs in the clients) and after_crash (a model of
+what a consumer re-reads). They are saved
+and graded by their own tests; the status line and the capstone list them.
 `send_range` runs where the engine sends a `FileSlice` itself (the chapter 11 demos); behind
 `kstore serve` the network server sends each Fetch response's file slice with chapter 12's
 `serve_fetch` when you saved it, else with chapter 11's `send_range` when you saved that (its own
 non-blocking `os.sendfile` loop otherwise).
 
+From scratch: define whole components as classes in `my_engine/from_scratch.py` (save() never
+touches it) — `OffsetIndex` (every segment's .index), `OffsetMap` (the cleaner's key → offset map),
+`RollPolicy` (its `should_roll(...)` decides every roll) — and the same switch plugs them in.
+
+The capstone (chapter 12, ex12.2): `load_engine("my_engine")` in the exercise 12 notebook puts
+your saved functions in the notebook, and six graded checks run them as one engine
+(`kstore.grading.capstone`); `capstone("my_engine")` runs the same checks here and prints them.
+
 This runs YOUR code inside the broker process that serves real clients, on your machine: that is the
 point (your engine, your data). It is never done by the grader: `kstore grade` runs learner code only
-in its confined worker, and `save()` / `use_my_engine()` do nothing while a notebook is being graded.
+in its confined worker, and `save()` / `use_my_engine()` do nothing while a notebook is being graded
+(`load_engine()` does run there: in the confined learner process, loading the learner's own files).
 """
 
 from __future__ import annotations
@@ -81,6 +93,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ISR shrink", ("is_caught_up",)),
     ("ISR join", ("may_join_isr",)),
     ("acks", ("acks_decision",)),
+    ("idempotence", ("classify_batch",)),
     ("epoch lookup", ("end_offset_for",)),
     ("truncation", ("truncation_offset",)),
     ("elections", ("elect_leader",)),
@@ -482,6 +495,7 @@ def _patches(live, fns: dict[str, Callable]) -> list:
                         (live.replication_rules, ("leader_high_watermark", "follower_high_watermark",
                                                   "is_caught_up", "may_join_isr")),
                         (live.acks_rules, ("acks_decision",)),
+                        (live.producer_decisions, ("classify_batch",)),
                         (live.leader_epochs, ("end_offset_for", "truncation_offset")),
                         (live.elections, ("elect_leader",)),
                         (live.zero_copy, ("fetch_range", "send_range")),

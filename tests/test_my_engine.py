@@ -520,3 +520,15 @@ def test_a_view_bound_to_its_moment_shows_whose_engine_made_it(solutions_engine,
         assert "ks-engine-badge" in view.tl_label.value
     finally:
         log.close()
+
+
+def test_the_solutions_engine_folder_is_what_the_solutions_save():
+    """solutions/my_engine/ (handed in beside the chapter 12 solution when it is graded) is the
+    solution notebooks' functions as save() writes them: regenerate it when a solution changes."""
+    from kstore.grading.exercises import SOLUTIONS_DIR
+    from kstore.my_engine import solutions_engine_files
+    folder = SOLUTIONS_DIR / "my_engine"
+    expected = solutions_engine_files()
+    stale = sorted(n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text)
+    assert stale == [], (f"solutions/my_engine is stale ({', '.join(stale)}): run python -c \"from kstore.my_engine "
+                         f"import write_solutions_engine; write_solutions_engine()\"")

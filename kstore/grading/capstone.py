@@ -59,7 +59,7 @@ for _check, _names in {
     "clients": ("write_varint", "read_varint", "write_varlong", "encode_record", "index_entries",
                 "largest_lower_bound_slot", "offset_index_lookup", "time_waited_for_roll", "should_roll",
                 "floor_segment", "translate_offset", "offset_for_timestamp", "fetch_range", "send_range",
-                "serve_fetch", "partition_for_key", "encode_offset_commit"),
+                "serve_fetch", "partition_for_key", "encode_offset_commit", "classify_batch"),
     "files": ("segment_file_name", "partition_for"),
     "restart": ("valid_prefix_length", "rebuild_index", "base_offset_from_file_name", "decode_offset_commit"),
     "retention": ("deletable_segments", "retention_time_breached", "size_breach_count"),
@@ -80,8 +80,6 @@ NOT_SERVING = {
                     "and the broker only relays it), so a broker never calls an assignor",
     "after_crash": "it predicts what a consumer re-reads after a crash; the consumer decides that, "
                    "not the broker",
-    "classify_batch": "kstore's ProducerStateManager checks producer sequences; this function models "
-                      "that check and is graded by ex09.5's tests",
 }
 
 # When a function's answer is wrong, the helpers it calls (in the learner's own file) are asked
@@ -93,6 +91,7 @@ HELPERS: dict[str, list[tuple[str, Callable[[tuple], list[tuple]]]]] = {
                       ("write_varlong", lambda a: [(a[1],), (-1,), (1 << 40,), (-(1 << 40),)])],
 }
 SIDE_EFFECTS = ("serve_fetch", "send_range")
+DEFERRED_PER_FUNCTION = 64      # questions asked inside a learner call, put to the learner afterwards
 
 
 # ================================================================================ the referee
@@ -141,6 +140,7 @@ class Referee:
         self._lock = threading.RLock()
         self._inside = threading.local()     # a learner call in progress on this thread
         self.kstores_classes: list = []         # patches that put kstore's classes back (reference runs)
+        self._deferred: dict[str, int] = {}     # questions asked inside learner calls, per function
 
 
     def wrap(self, name: str) -> Callable:
@@ -149,18 +149,41 @@ class Referee:
                 check = self.check
                 self.calls[check].add(name)
                 mine = OWNER.get(name) == check and not self.reference_mode
-            if getattr(self._inside, "depth", 0):
+            inside = self._inside
+            if getattr(inside, "depth", 0):
                 # the engine asked from inside a learner call (a view's method the learner's function
-                # called): the reference answers; a graded process serves one call at a time
-                return self.reference(name)(*args, **kwargs)
-            self._inside.depth = 1
+                # called): the reference answers now — a graded learner process serves one call at a
+                # time — and the learner's function is asked the same question once that call is over
+                expected = self.reference(name)(*args, **kwargs)
+                if name not in SIDE_EFFECTS and not getattr(inside, "draining", False) \
+                        and self._deferred.setdefault(name, 0) < DEFERRED_PER_FUNCTION:
+                    self._deferred[name] += 1
+                    inside.queue.append((name, check, args, kwargs, expected))
+                return expected
+            inside.depth, inside.queue = 1, []
             try:
                 return self._referee(name, check, mine, args, kwargs)
             finally:
-                self._inside.depth = 0
+                self._ask_deferred(inside)
+                inside.depth = 0
         referee.__name__ = referee.__qualname__ = name
         referee.__wrapped__ = self.learner[name]
         return referee
+
+    def _ask_deferred(self, inside) -> None:
+        """The questions the engine asked during a learner call, now put to the learner."""
+        inside.draining = True
+        try:
+            for name, check, args, kwargs, expected in inside.queue:
+                try:
+                    yours = self.learner[name](*args, **kwargs)
+                except Exception as e:
+                    self._record(check, name, args, kwargs, f"an exception: {type(e).__name__}: {e}", expected)
+                    continue
+                if _plain(yours) != _plain(expected):
+                    self._record(check, name, args, kwargs, _short(yours), expected)
+        finally:
+            inside.draining, inside.queue = False, []
 
     def _referee(self, name: str, check: str, mine: bool, args: tuple, kwargs: dict) -> Any:
         if name in SIDE_EFFECTS:              # (sock, file_fd, start, end) / (sock, file_fd, position, count)
@@ -449,6 +472,7 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
             res.problems.append(f"kafka-python committed offset 7 for its group and read back {committed}")
         res.steps.append("both clients read every record back; a group committed its offset")
         _exact_sizes(broker, bootstrap, ref, res)
+    _compare_runs(ref, res, root / "idempotence", _idempotence_run, "idempotent producers")
     # a busy socket: os.sendfile sends at most 500 bytes a call, so each loop must resume correctly
     senders: list[tuple[str, Callable | None]] = []
     if "serve_fetch" in ref.learner:
@@ -485,6 +509,34 @@ def _exact_sizes(broker, bootstrap: str, ref: Referee, res: CheckResult) -> None
     else:
         res.steps.append(f"12 batches of exactly {size} bytes (index interval {2 * size}, segments of "
                          f"{3 * size} bytes): indexed, rolled and read from the middle")
+
+
+def _idempotence_run(root: Path) -> dict:
+    """What an idempotent producer's retries meet on the leader: a retry of an older batch, of
+    the last one, a producer the partition forgot (KIP-360), and a sequence wrapping past
+    Int.MaxValue (the scenarios real clients meet after lost responses and expirations)."""
+    from ..clock import ManualClock
+    from ..errors import KStoreError
+    from ..log import Log
+    from ..records import Record, build_batch
+    clock = ManualClock(T0)
+    log = Log.open(str(root / "idempotent-0"), clock=clock)
+    try:
+        def send(seq: int, n: int, producer_id: int = 7):
+            batch = build_batch([Record(None, b"v%d" % i, clock.milliseconds()) for i in range(n)],
+                                producer_id=producer_id, producer_epoch=0, base_sequence=seq)
+            try:
+                return log.append_as_leader(batch).first_offset
+            except KStoreError as e:
+                return type(e).__name__
+        out = {"first appends (offsets)": [send(0, 2), send(2, 2), send(4, 1)],
+               "a retry of the first batch, then of the last": [send(0, 2), send(4, 1)],
+               "an unknown producer starting at sequence 5": send(5, 1, producer_id=9)}
+        out["a sequence wrapping past 2147483647"] = [send(2**31 - 2, 2, producer_id=8), send(0, 1, producer_id=8)]
+        out["log end offset"] = log.log_end_offset
+        return out
+    finally:
+        log.close()
 
 
 def _check_files(root: Path, ref: Referee, res: CheckResult, state: dict) -> None:

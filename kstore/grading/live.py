@@ -454,6 +454,21 @@ def replication_rules(leader_high_watermark: Callable | None = None, follower_hi
     return patches
 
 
+def producer_decisions(classify_batch: Callable) -> list[Patch]:
+    """Ch. 09: the leader's check of an idempotent producer's batch (duplicate, stale epoch, out of
+    order, append) is the learner's rule; a DUPLICATE is answered with the matching cached batch."""
+    from .. import producer_state
+
+    def decide(entry, epoch, first_seq, last_seq):
+        cached = None if entry is None else [(b.first_seq, b.last_seq, b.first_offset, b.last_offset)
+                                             for b in entry.batches]
+        outcome = classify_batch(cached, None if entry is None else entry.producer_epoch, epoch,
+                                 first_seq, last_seq)
+        same = [b for b in (entry.batches if entry else ()) if b.first_seq == first_seq]
+        return outcome, (same[0] if outcome == "DUPLICATE" and same else None)
+    return [Patch(producer_state, "decide", decide)]
+
+
 def acks_rules(acks_decision: Callable) -> list[Patch]:
     """Ch. 09: leaders decide what to do with a produce request's `acks` by the learner's rule."""
     from .. import partition as part_mod

@@ -118,20 +118,23 @@ _CAPSTONE: dict = {}
 
 
 def capstone_of(learner):
-    """One capstone run per learner (its six checks are six graded tests): every function the
-    learner saved, plugged into brokers that real clients use. While `kstore grade` runs, each of
-    the learner's functions is a call into the confined learner process; the engine, the clients,
-    the references and the referee run here."""
+    """One capstone run per engine (its six checks are six graded tests, and check("ex12") after
+    check("ex12.2") asks again): every function the learner saved, plugged into brokers that real
+    clients use. While `kstore grade` runs, each of the learner's functions is a call into the
+    confined learner process; the engine, the clients, the references and the referee run here."""
     from kstore.grading.capstone import run_capstone
-    key = id(learner._remote) if learner._remote is not None else id(learner._ns)
-    if key not in _CAPSTONE:
+    functions = learner.functions()
+    if learner._remote is not None:          # a fresh learner process (after a death) is a new engine
+        key = ("remote", id(learner._remote), learner._remote.starts)
+    else:                                    # the same code objects: the same engine
+        key = tuple(sorted((name, id(getattr(fn, "__code__", fn))) for name, fn in functions.items()))
+    if _CAPSTONE.get("key") != key:
         root = scratch_dir("kstore-capstone-")
         try:
-            _CAPSTONE.clear()
-            _CAPSTONE[key] = run_capstone(learner.functions(), root)
+            _CAPSTONE.update(key=key, functions=functions, result=run_capstone(functions, root))
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    return _CAPSTONE[key]
+    return _CAPSTONE["result"]
 
 
 @task("ex12.2", points=12)

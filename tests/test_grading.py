@@ -292,7 +292,7 @@ def test_a_wrong_submission_loses_points_only_in_the_task_it_breaks(graded, name
         if other in WHOLE_ENGINE_TASKS and other != tid:
             # the capstone runs the notebook's own functions too: only the check that owns this one fails
             failing = [t["name"] for t in sub.tests if t["task"] == other and t["outcome"] != "passed"]
-            assert failing == [f"test_your_engine[{OWNER[TASKS[tid].functions[0]]}]"], (name, failing)
+            assert failing == [f"test_your_engine_matches_kafka[{OWNER[TASKS[tid].functions[0]]}]"], (name, failing)
             capstone_lost = v["max"] - v["score"]
         elif other != tid:
             assert v["score"] == v["max"], f"{name} lost points in {other}, not only in {tid}"

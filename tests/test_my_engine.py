@@ -492,8 +492,8 @@ def test_from_scratch_classes_plug_in_through_the_same_switch_and_pass_the_capst
     assert classes["OffsetIndex"].opened > 0 and classes["OffsetMap"].puts > 0
     assert classes["RollPolicy"].decisions > 0
     # a class that is wrong fails the check that uses it, and the feedback says the class served there
-    (engine / "from_scratch.py").write_text(FROM_SCRATCH.replace("type(self).puts += 1\n        super().put(key, offset)",
-                                                                 "type(self).puts += 1"))   # forgets every key
+    forgetful = FROM_SCRATCH.replace("type(self).puts += 1\n        super().put(key, offset)", "type(self).puts += 1")
+    (engine / "from_scratch.py").write_text(forgetful)                 # an offset map that forgets every key
     classes, _ = load_classes(engine)
     cap = run_capstone(engine_functions(engine), tmp_path / "wrong", classes={"OffsetMap": classes["OffsetMap"]},
                        checks=("compaction",))

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -83,7 +82,8 @@ NOT_SERVING = {
 }
 
 # When a function's answer is wrong, the helpers it calls (in the learner's own file) are asked
-# too — java_string_hashcode has no seam of its own; the files check finds it through partition_for: (helper, the helper's arguments from the outer call's).
+# too: (helper, the helper's arguments from the outer call's). java_string_hashcode has no seam
+# of its own; the files check finds it through partition_for.
 HELPERS: dict[str, list[tuple[str, Callable[[tuple], list[tuple]]]]] = {
     "partition_for": [("java_string_hashcode", lambda a: [(a[0],)])],
     "offset_index_lookup": [("largest_lower_bound_slot", lambda a: [([e[0] for e in a[0]], a[2])])],
@@ -475,9 +475,9 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
     _compare_runs(ref, res, root / "idempotence", _idempotence_run, "idempotent producers")
     # a busy socket: os.sendfile sends at most 500 bytes a call, so each loop must resume correctly
     senders: list[tuple[str, Callable | None]] = []
-    if "serve_fetch" in ref.learner:
+    if "serve_fetch" in state["wrapped"]:
         senders.append(("serve_fetch", state["wrapped"]["serve_fetch"]))
-    if "send_range" in ref.learner:
+    if "send_range" in state["wrapped"]:
         send_range = state["wrapped"]["send_range"]
         senders.append(("send_range", lambda sock, fd, start, end: send_range(sock, fd, start, end - start)))
     for name, sender in senders:
@@ -485,8 +485,10 @@ def _check_clients(root: Path, ref: Referee, res: CheckResult, state: dict) -> N
         run_dir.mkdir()
         run = live.kafka_python_through(sender, str(run_dir), records=60, timeout_s=8, busy_socket=500)
         if run.consumed != run.produced or run.wrong_return:
+            said = run.summary() if name == "serve_fetch" else \
+                run.summary().replace("serve_fetch(sock, fd, ", "send_range(sock, fd, start, end − start) for (")
             res.problems.append(f"a busy socket (os.sendfile sends at most 500 bytes a call), fetches sent by "
-                                f"your {name}: {run.summary()}")
+                                f"your {name}: {said}")
             res.blamed.append(name)
         else:
             res.steps.append(f"a busy socket: your {name} sent {len(run.calls)} fetch ranges whole")

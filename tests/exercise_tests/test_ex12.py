@@ -140,7 +140,7 @@ def capstone_of(learner):
 @task("ex12.2", points=12)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("check", ["clients", "files", "restart", "retention", "compaction", "replication"])
-def test_your_engine(learner, check):
+def test_your_engine_matches_kafka(learner, check):
     """Each check of the capstone: the learner's saved engine serves; the feedback names the
     learner's function that answered differently from Kafka's rule (kstore.grading.capstone)."""
     result = capstone_of(learner).results[check]

@@ -538,5 +538,4 @@ def test_the_solutions_engine_folder_is_what_the_solutions_save():
     folder = SOLUTIONS_DIR / "my_engine"
     expected = solutions_engine_files()
     stale = sorted(n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text)
-    assert stale == [], (f"solutions/my_engine is stale ({', '.join(stale)}): run python -c \"from kstore.my_engine "
-                         f"import write_solutions_engine; write_solutions_engine()\"")
+    assert stale == [], f"solutions/my_engine is stale ({', '.join(stale)}): run `kstore exercises`"

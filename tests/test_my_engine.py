@@ -181,7 +181,17 @@ def test_serve_my_engine_real_clients_and_kill_9(solutions_engine, brokers, tmp_
 
 
 def test_an_empty_engine_is_all_kstore_and_serves(brokers, tmp_path):
-    (tmp_path / "my_engine").mkdir()
+    """The shipped exercises, each saved as they come (every task a stub): one file per chapter
+    saving nothing; the switch says all parts are kstore's and the broker serves; the capstone
+    says each check's functions are not implemented yet."""
+    from kstore.grading.capstone import CHECKS, run_capstone
+    for ex in EXERCISES.values():
+        save(ex.id, exec_definitions(ex.exercise_path), tmp_path / "my_engine", notebook=ex.exercise_path,
+             quiet=True)
+    assert "SAVED = ()" in (tmp_path / "my_engine" / chapter_file(EXERCISES["ex01"])).read_text()
+    assert engine_functions(tmp_path / "my_engine") == {}
+    cap = run_capstone({}, tmp_path / "capstone")
+    assert all("not implemented yet" in cap.results[c].feedback() for c in CHECKS)
     sp = brokers(tmp_path / "logs", tmp_path / "my_engine")
     assert "all parts are kstore's" in sp.read_output()
     recs = make_records("plain", 20)

@@ -549,3 +549,31 @@ def test_the_solutions_engine_folder_is_what_the_solutions_save():
     expected = solutions_engine_files()
     stale = sorted(n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text)
     assert stale == [], f"solutions/my_engine is stale ({', '.join(stale)}): run `kstore exercises`"
+
+
+@pytest.mark.timeout(600)
+def test_kstore_grade_runs_the_capstone_on_the_handed_in_engine_naming_the_wrong_function(tmp_path):
+    """`kstore grade` on chapter 12's solution handed in with a my_engine/ whose ex04 file holds a
+    catalogue mistake: the learner's functions run in the confined learner process (each engine
+    call a call across the socket), and only the capstone check that owns the function loses
+    points, its feedback naming it."""
+    from kstore.grading.exercises import SOLUTIONS_DIR
+    from kstore.grading.grade import Grader, Settings
+    engine = engine_copy(SOLUTIONS_DIR / "my_engine", tmp_path / "my_engine")
+    task, source, _ = WRONG["translate-by-base-offset"]
+    ex = EXERCISES[task.split(".")[0]]
+    ns = exec_definitions(ex.solution_path)
+    exec(source, ns)
+    write_chapter(engine, ex, ns, list(ex.functions), notebook=ex.solution_path, sources=(source,))
+    notebook = tmp_path / EXERCISES["ex12"].notebook
+    shutil.copy(EXERCISES["ex12"].solution_path, notebook)
+    grader = Grader(Settings(timeout=240, test_timeout=15, cell_timeout=60, jobs=1))
+    try:
+        [sub] = grader.grade([notebook])
+    finally:
+        grader.close()
+    assert sub.status == "ok", sub.notes
+    assert sub.tasks["ex12.1"]["score"] == sub.tasks["ex12.1"]["max"]
+    failing = [t for t in sub.tests if t["outcome"] != "passed"]
+    assert [t["name"] for t in failing] == ["test_your_engine_matches_kafka[clients]"], failing
+    assert "your translate_offset: translate_offset(" in failing[0]["message"], failing[0]["message"]

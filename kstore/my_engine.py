@@ -18,15 +18,28 @@ Then, in a notebook or at the command line:
 composes the per-chapter plugs of `kstore.grading.live` for every part you saved; where you have not
 written a part, kstore's own code serves it.
 
-Not every saved function has an engine seam yet: encode_batch, compact and the chapter 08/09
-decision functions are saved and checked by their tests only (the status line lists them).
+Not every saved function is called by a serving broker: encode_batch (kstore's batch builder
+encodes each record with your encode_record), compact (the cleaner's copy loop is kstore's; it keeps
+and groups by your rules), range_assign (assignment runs in the clients) and after_crash (a model of
+what a consumer re-reads). They are saved
+and graded by their own tests; the status line and the capstone list them.
 `send_range` runs where the engine sends a `FileSlice` itself (the chapter 11 demos); behind
 `kstore serve` the network server sends each Fetch response's file slice with chapter 12's
-`serve_fetch` when you saved it (its own non-blocking `os.sendfile` loop otherwise).
+`serve_fetch` when you saved it, else with chapter 11's `send_range` when you saved that (its own
+non-blocking `os.sendfile` loop otherwise).
+
+From scratch: define whole components as classes in `my_engine/from_scratch.py` (save() never
+touches it) — `OffsetIndex` (every segment's .index), `OffsetMap` (the cleaner's key → offset map),
+`RollPolicy` (its `should_roll(...)` decides every roll) — and the same switch plugs them in.
+
+The capstone (chapter 12, ex12.2): `load_engine("my_engine")` in the exercise 12 notebook puts
+your saved functions in the notebook, and six graded checks run them as one engine
+(`kstore.grading.capstone`); `capstone("my_engine")` runs the same checks here and prints them.
 
 This runs YOUR code inside the broker process that serves real clients, on your machine: that is the
 point (your engine, your data). It is never done by the grader: `kstore grade` runs learner code only
-in its confined worker, and `save()` / `use_my_engine()` do nothing while a notebook is being graded.
+in its confined worker, and `save()` / `use_my_engine()` do nothing while a notebook is being graded
+(`load_engine()` does run there: in the confined learner process, loading the learner's own files).
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .grading.exercises import EXERCISES, Exercise
+from .grading.exercises import EXERCISES, FUNCTION_TASK, Exercise
 
 DEFAULT_FOLDER = "my_engine"
 log = logging.getLogger("kstore.my_engine")
@@ -80,6 +93,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ISR shrink", ("is_caught_up",)),
     ("ISR join", ("may_join_isr",)),
     ("acks", ("acks_decision",)),
+    ("idempotence", ("classify_batch",)),
     ("epoch lookup", ("end_offset_for",)),
     ("truncation", ("truncation_offset",)),
     ("elections", ("elect_leader",)),
@@ -88,6 +102,20 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fetch serving", ("serve_fetch",)),
 )
 PLUGGED = {f for _, names in PARTS for f in names}
+
+# The "from scratch" path: whole components as the learner's own classes, defined in
+# `my_engine/from_scratch.py` (a file save() never touches). Class name → (its part in the status
+# line, what the engine does with it).
+FROM_SCRATCH_FILE = "from_scratch.py"
+CLASS_SEAMS: dict[str, tuple[str, str]] = {
+    "OffsetIndex": ("offset index (your class)", "every segment's .index is opened with it "
+                    "(Kafka's OffsetIndex: append, lookup, truncate, trim, resize)"),
+    "OffsetMap": ("cleaner's offset map (your class)", "the cleaner builds its key → latest offset map with "
+                  "it (Kafka's SkimpyOffsetMap: put, get, update_latest_offset, clear, size, slots)"),
+    "RollPolicy": ("roll policy (your class)", "one instance decides every roll: "
+                   "should_roll(size, messages_size, segment_bytes, time_waited_ms, segment_ms, "
+                   "index_full, base_offset, max_offset_in_messages)"),
+}
 
 
 # ================================================================================ saving
@@ -239,9 +267,12 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 
 # ================================================================================ loading & plugging
-def load_functions(folder: str | os.PathLike) -> tuple[dict[str, tuple[Callable, str]], list[str]]:
-    """{function name: (function, file name)} of every chapter file in `folder`, and one line per
-    file that could not be loaded."""
+def load_functions(folder: str | os.PathLike, *, every_saved: bool = False
+                   ) -> tuple[dict[str, tuple[Callable, str]], list[str]]:
+    """{function name: (function, file name)} of every chapter file in `folder` (the functions the
+    engine plugs in; `every_saved`: every saved exercise function), and one line per file that
+    could not be loaded."""
+    wanted = set(FUNCTION_TASK) if every_saved else PLUGGED
     found: dict[str, tuple[Callable, str]] = {}
     problems: list[str] = []
     folder = Path(folder)
@@ -260,9 +291,78 @@ def load_functions(folder: str | os.PathLike) -> tuple[dict[str, tuple[Callable,
         for attr, value in vars(module).items():
             if saved is not None and attr not in saved:
                 continue
-            if attr in PLUGGED and callable(value) and getattr(value, "__module__", None) == name:
+            if attr in wanted and callable(value) and getattr(value, "__module__", None) == name:
                 found[attr] = (value, path.name)
     return found, problems
+
+
+def load_classes(folder: str | os.PathLike) -> tuple[dict[str, type], list[str]]:
+    """The learner's own component classes (CLASS_SEAMS) in `folder/from_scratch.py`, and one line
+    if that file could not be loaded."""
+    path = Path(folder) / FROM_SCRATCH_FILE
+    if not path.is_file():
+        return {}, []
+    name = "kstore_my_engine_from_scratch"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        return {}, [f"{path.name} could not be loaded ({type(e).__name__}: {e}); kstore's classes serve"]
+    return {c: getattr(module, c) for c in CLASS_SEAMS if isinstance(getattr(module, c, None), type)}, []
+
+
+def class_patches(classes: dict[str, type]) -> list:
+    """Plug the learner's classes in where the engine makes those components."""
+    from . import cleaner, segment
+    from .grading import live
+    patches: list = []
+    if "OffsetIndex" in classes:
+        patches.append(live.Patch(segment, "OffsetIndex", classes["OffsetIndex"]))
+    if "OffsetMap" in classes:
+        patches.append(live.Patch(cleaner, "SkimpyOffsetMap", classes["OffsetMap"]))
+    if "RollPolicy" in classes:
+        patches += live.segment_rolling(should_roll=classes["RollPolicy"]().should_roll)
+    return patches
+
+
+def load_engine(folder: str | os.PathLike = DEFAULT_FOLDER, namespace: dict[str, Any] | None = None, *,
+                quiet: bool = False) -> list[str]:
+    """Put every function saved in `folder` into `namespace` (the notebook's globals) — except
+    those the notebook defines itself, which are newer. Returns the names loaded. This runs your
+    own files in your own process (also when graded: in the confined learner process)."""
+    ns = namespace if namespace is not None else sys._getframe(1).f_globals
+    functions, problems = load_functions(folder, every_saved=True) if Path(folder).is_dir() else ({}, [])
+    loaded = sorted(n for n in functions if not callable(ns.get(n)))
+    ns.update({n: functions[n][0] for n in loaded})
+    if not quiet:
+        missing = [f for f in FUNCTION_TASK if f not in functions and not callable(ns.get(f))]
+        print(f"your engine ({folder}): {len(loaded)} saved functions loaded"
+              + (f"; not saved yet: {', '.join(missing)}" if missing else "; nothing missing"))
+        for line in problems:
+            print(line)
+    return loaded
+
+
+def capstone(folder: str | os.PathLike = DEFAULT_FOLDER, root: str | os.PathLike | None = None):
+    """Chapter 12's capstone on the engine saved in `folder` (run here, on your machine): prints
+    one line per check and returns the `kstore.grading.capstone.Capstone`."""
+    import tempfile
+    from .grading.capstone import run_capstone
+    functions, problems = load_functions(folder, every_saved=True) if Path(folder).is_dir() else ({}, [])
+    classes, class_problems = load_classes(folder) if Path(folder).is_dir() else ({}, [])
+    problems += class_problems
+    with tempfile.TemporaryDirectory(prefix="kstore-capstone-") as tmp:
+        result = run_capstone({n: fn for n, (fn, _) in functions.items()}, root or tmp, classes=classes)
+    print(result.summary())
+    for res in result.results.values():
+        if not res.passed:
+            print(res.feedback())
+    for line in problems:
+        print(line)
+    return result
 
 
 def _yours(fn: Callable, name: str, file: str, engine: "MyEngine") -> Callable:
@@ -310,12 +410,20 @@ class MyEngine:
 
     def close(self) -> None:
         """Put kstore's own code back everywhere."""
+        global _current
         if self._stack is not None:
             self._stack.close()
             self._stack = None
+        if _current is self:
+            _current = None
 
 
 _current: MyEngine | None = None
+
+
+def active() -> MyEngine | None:
+    """The switch that is on in this process (views show it as a badge), or None."""
+    return _current
 
 
 def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = False) -> MyEngine | None:
@@ -330,23 +438,35 @@ def use_my_engine(folder: str | os.PathLike = DEFAULT_FOLDER, *, quiet: bool = F
     engine = MyEngine(str(folder))
     functions, engine.problems = load_functions(folder) if Path(folder).is_dir() else ({}, [
         f"{folder}: no such folder yet (save() in an exercise notebook creates it)"])
-    fns: dict[str, Callable] = {}
-    for part, names in PARTS:
-        if all(n in functions for n in names):
-            engine.yours.append(part)
-            for n in names:
-                fns[n] = _yours(functions[n][0], n, functions[n][1], engine)
-        else:
-            engine.kstores.append(part)
+    fns, engine.yours, engine.kstores = plugged(
+        {n: _yours(fn, n, file, engine) for n, (fn, file) in functions.items()})
     engine.unplugged = sorted(n for n in functions if n not in PLUGGED)
+    classes, class_problems = load_classes(folder) if Path(folder).is_dir() else ({}, [])
+    engine.problems += class_problems
+    engine.yours += [CLASS_SEAMS[c][0] for c in classes]
     stack = contextlib.ExitStack()
     from .grading import live
-    stack.enter_context(live.plug(_patches(live, fns)))
+    stack.enter_context(live.plug(_patches(live, fns), class_patches(classes)))
     engine._stack = stack
     _current = engine
     if not quiet:
         print(engine.status)
     return engine
+
+
+def plugged(functions: dict[str, Callable]) -> tuple[dict[str, Callable], list[str], list[str]]:
+    """(the functions the engine runs, the parts that are yours, the parts that are kstore's): a
+    part is yours when every function it needs is in `functions`."""
+    fns: dict[str, Callable] = {}
+    yours: list[str] = []
+    kstores: list[str] = []
+    for part, names in PARTS:
+        if all(n in functions for n in names):
+            yours.append(part)
+            fns.update((n, functions[n]) for n in names)
+        else:
+            kstores.append(part)
+    return fns, yours, kstores
 
 
 def _patches(live, fns: dict[str, Callable]) -> list:
@@ -375,6 +495,7 @@ def _patches(live, fns: dict[str, Callable]) -> list:
                         (live.replication_rules, ("leader_high_watermark", "follower_high_watermark",
                                                   "is_caught_up", "may_join_isr")),
                         (live.acks_rules, ("acks_decision",)),
+                        (live.producer_decisions, ("classify_batch",)),
                         (live.leader_epochs, ("end_offset_for", "truncation_offset")),
                         (live.elections, ("elect_leader",)),
                         (live.zero_copy, ("fetch_range", "send_range")),
@@ -382,6 +503,9 @@ def _patches(live, fns: dict[str, Callable]) -> list:
         chosen = pick(*names)
         if chosen:
             patches += plug(**chosen)
+    if "send_range" in fns and "serve_fetch" not in fns:     # chapter 11's loop sends the fetch responses
+        send_range = fns["send_range"]
+        patches += live.fetch_serving(lambda sock, fd, start, end: send_range(sock, fd, start, end - start))
     return patches
 
 
@@ -469,4 +593,28 @@ def diagnose_recovery(folder: str | os.PathLike, partition_dir: str | os.PathLik
         if yours != kstores:
             out.append(f"your valid_prefix_length ({file}) keeps {yours} bytes of {path.name}; kstore's recovery "
                        f"keeps {kstores} (the first bad batch starts there)")
+    return out
+
+
+# ================================================================================ the solutions' engine
+def solutions_engine_files() -> dict[str, str]:
+    """{file name: text} of the engine a learner who finished every exercise has: each solution
+    notebook's functions, written as `save()` writes them (`solutions/my_engine/`, which the
+    grader hands in beside the chapter 12 solution)."""
+    import tempfile
+    from .grading.notebooks import exec_definitions
+    with tempfile.TemporaryDirectory() as tmp:
+        for ex in EXERCISES.values():
+            ns = exec_definitions(ex.solution_path)
+            write_chapter(tmp, ex, ns, list(ex.functions), notebook=ex.solution_path)
+        return {p.name: p.read_text() for p in sorted(Path(tmp).glob("*.py"))}
+
+
+def write_solutions_engine(folder: str | os.PathLike | None = None) -> Path:
+    """Write `solutions/my_engine/` (replacing its chapter files)."""
+    from .grading.exercises import SOLUTIONS_DIR
+    out = Path(folder) if folder is not None else SOLUTIONS_DIR / DEFAULT_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in solutions_engine_files().items():
+        (out / name).write_text(text)
     return out

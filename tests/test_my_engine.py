@@ -181,7 +181,17 @@ def test_serve_my_engine_real_clients_and_kill_9(solutions_engine, brokers, tmp_
 
 
 def test_an_empty_engine_is_all_kstore_and_serves(brokers, tmp_path):
-    (tmp_path / "my_engine").mkdir()
+    """The shipped exercises, each saved as they come (every task a stub): one file per chapter
+    saving nothing; the switch says all parts are kstore's and the broker serves; the capstone
+    says each check's functions are not implemented yet."""
+    from kstore.grading.capstone import CHECKS, run_capstone
+    for ex in EXERCISES.values():
+        save(ex.id, exec_definitions(ex.exercise_path), tmp_path / "my_engine", notebook=ex.exercise_path,
+             quiet=True)
+    assert "SAVED = ()" in (tmp_path / "my_engine" / chapter_file(EXERCISES["ex01"])).read_text()
+    assert engine_functions(tmp_path / "my_engine") == {}
+    cap = run_capstone({}, tmp_path / "capstone")
+    assert all("not implemented yet" in cap.results[c].feedback() for c in CHECKS)
     sp = brokers(tmp_path / "logs", tmp_path / "my_engine")
     assert "all parts are kstore's" in sp.read_output()
     recs = make_records("plain", 20)
@@ -339,3 +349,231 @@ def test_a_torn_batch_after_kill_9_is_cut_by_the_learners_recovery_or_named(
             "your valid_prefix_length (ch05_crash_recovery.py) keeps"), problems
         with capsys.disabled():
             sys.stderr.write(f"\n[my engine] {engine_kind}: confluent-kafka: {refused.value}; {problems[0]}\n")
+
+
+# ---------------------------------------------------------------------------------------- the capstone
+def engine_functions(folder: Path) -> dict:
+    from kstore.my_engine import load_functions
+    functions, problems = load_functions(folder, every_saved=True)
+    assert problems == []
+    return {name: fn for name, (fn, _) in functions.items()}
+
+
+@pytest.fixture(scope="module")
+def solutions_capstone(solutions_engine, tmp_path_factory):
+    """The capstone on the engine of a learner who finished every exercise (one run, shared)."""
+    from kstore.grading.capstone import run_capstone
+    return run_capstone(engine_functions(solutions_engine), tmp_path_factory.mktemp("capstone"))
+
+
+def test_the_capstone_passes_end_to_end_with_the_solutions_engine(solutions_capstone, capsys):
+    from kstore.grading.capstone import CHECKS, HELPERS, NOT_SERVING, OWNER
+    cap = solutions_capstone
+    assert {c: r.feedback() for c, r in cap.results.items() if not r.passed} == {}
+    assert list(cap.results) == list(CHECKS)
+    assert cap.yours == [name for name, _ in PARTS]
+    # every function with an owner ran in its own check: each check really exercises what it grades
+    # (write_varint and write_varlong run inside the learner's encode_record, which calls them itself)
+    for name, check in OWNER.items():
+        through = [outer for outer, helpers in HELPERS.items() if any(h == name for h, _ in helpers)]
+        assert name in cap.calls[check] or any(o in cap.calls[check] for o in through), \
+            f"{name} never ran in the {check} check"
+    assert set(cap.not_serving) == set(NOT_SERVING)
+    for name in NOT_SERVING:
+        assert f"{name}: not used by the serving engine" in cap.summary()
+        assert not any(name in called for called in cap.calls.values())
+    steps = cap.results["clients"].steps
+    assert any("confluent-kafka" in s for s in steps) and any("busy socket: your serve_fetch" in s for s in steps)
+    assert any("dump-log --deep-iteration printed all" in s for s in cap.results["files"].steps)
+    with capsys.disabled():
+        sys.stderr.write(f"\n[capstone] solutions' engine: all {len(CHECKS)} checks pass in {cap.seconds} s ("
+                         + ", ".join(f"{c} {r.seconds} s" for c, r in cap.results.items()) + ")\n")
+
+
+def _wrong_engine(solutions_engine: Path, name: str) -> tuple[dict, str, list[str]]:
+    """The solutions' functions with one catalogue submission in place of its task's function
+    (and the functions of that chapter file seeing each other, as in the learner's saved file)."""
+    task, source, _ = WRONG[name]
+    ex = EXERCISES[task.split(".")[0]]
+    ns = exec_definitions(ex.solution_path)
+    exec(source, ns)
+    functions = engine_functions(solutions_engine)
+    functions.update({f: ns[f] for f in ex.functions})
+    from kstore.grading.exercises import TASKS
+    return functions, task, list(TASKS[task].functions)
+
+
+# wrong submissions whose function runs in most checks: there, every check that calls it runs
+FULL_RUN = ("roll-greater-or-equal", "recovery-without-crc-check", "hw-from-all-replicas", "serve-resumes-at-sent")
+
+
+@pytest.mark.timeout(600)
+def test_each_wrong_submission_fails_the_capstone_in_its_check_only_naming_it(solutions_engine, solutions_capstone,
+                                                                             tmp_path, capsys):
+    """Every deliberately wrong submission of the catalogue, saved into the learner's engine: the
+    capstone fails in the check that owns the function, with feedback naming it — and only there.
+    A check that never calls the function runs the same code as with the solutions (which pass);
+    one that calls a function it does not own gets the reference's answer from the referee. The
+    check that owns it runs for every submission; for FULL_RUN, every check that calls it runs too
+    (the referee's substitution shown working, in CI time). A function no serving engine calls is
+    reported as such."""
+    from kstore.grading.capstone import HELPERS, NOT_SERVING, OWNER, run_capstone
+    rows = []
+    for name in sorted(WRONG):
+        functions, task, names = _wrong_engine(solutions_engine, name)
+        fn = names[0]
+        if fn in NOT_SERVING:
+            assert not any(fn in called for called in solutions_capstone.calls.values())
+            assert f"{fn}: not used by the serving engine" in solutions_capstone.summary()
+            rows.append(f"{name}: {fn} not used by the serving engine")
+            continue
+        outer = next((o for o, hs in HELPERS.items() if any(h == fn for h, _ in hs)), fn)
+        owner = OWNER[outer]
+        calling = tuple(c for c, called in solutions_capstone.calls.items() if outer in called)
+        assert owner in calling
+        checks = calling if name in FULL_RUN else (owner,)
+        cap = run_capstone(functions, tmp_path / name, checks=checks)
+        failed = {c: r for c, r in cap.results.items() if not r.passed}
+        assert list(failed) == [owner], (name, {c: r.feedback() for c, r in failed.items()})
+        result = failed[owner]
+        assert fn in result.blamed, (name, result.feedback())
+        assert f"your {fn}" in result.feedback(), (name, result.feedback())
+        rows.append(f"{name}: fails '{owner}' only (ran {', '.join(checks)} in {cap.seconds} s) — "
+                    + next(ln for ln in result.feedback().splitlines() if f"your {fn}" in ln).strip()[:150])
+    with capsys.disabled():
+        sys.stderr.write("\n[capstone] " + "\n[capstone] ".join(rows) + "\n")
+
+
+FROM_SCRATCH = '''
+"""My own components (reference classes here: Kafka's, counting their use)."""
+from kstore.index import OffsetIndex as KafkasOffsetIndex
+from kstore.offset_map import SkimpyOffsetMap
+
+
+class OffsetIndex(KafkasOffsetIndex):
+    opened = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        type(self).opened += 1
+
+
+class OffsetMap(SkimpyOffsetMap):
+    puts = 0
+
+    def put(self, key, offset):
+        type(self).puts += 1
+        super().put(key, offset)
+
+
+class RollPolicy:
+    decisions = 0
+
+    def should_roll(self, size, messages_size, segment_bytes, time_waited_ms, segment_ms, index_full,
+                    base_offset, max_offset_in_messages):
+        type(self).decisions += 1
+        return (size > segment_bytes - messages_size or (size > 0 and time_waited_ms > segment_ms)
+                or index_full or not 0 <= max_offset_in_messages - base_offset <= 2**31 - 1)
+'''
+
+
+def test_from_scratch_classes_plug_in_through_the_same_switch_and_pass_the_capstone(solutions_engine, tmp_path):
+    """The "from scratch" path: a learner's own OffsetIndex, cleaner offset map and roll policy
+    (here reference classes) in my_engine/from_scratch.py: use_my_engine lists them, the engine
+    makes its components with them, and the capstone's checks pass on them."""
+    from kstore import cleaner, segment
+    from kstore.grading.capstone import run_capstone
+    from kstore.my_engine import load_classes
+    engine = engine_copy(solutions_engine, tmp_path / "my_engine")
+    (engine / "from_scratch.py").write_text(FROM_SCRATCH)
+    switched = kstore.use_my_engine(str(engine), quiet=True)
+    try:
+        for part in ("offset index (your class)", "cleaner's offset map (your class)", "roll policy (your class)"):
+            assert part in switched.yours and part in switched.status
+        assert segment.OffsetIndex.__module__ == cleaner.SkimpyOffsetMap.__module__ == "kstore_my_engine_from_scratch"
+    finally:
+        switched.close()
+    assert segment.OffsetIndex.__module__ == "kstore.index"
+    classes, problems = load_classes(engine)
+    assert problems == [] and sorted(classes) == ["OffsetIndex", "OffsetMap", "RollPolicy"]
+    cap = run_capstone(engine_functions(engine), tmp_path / "run", classes=classes,
+                       checks=("clients", "restart", "compaction"))
+    assert {c: r.feedback() for c, r in cap.results.items() if not r.passed} == {}
+    assert classes["OffsetIndex"].opened > 0 and classes["OffsetMap"].puts > 0
+    assert classes["RollPolicy"].decisions > 0
+    # a class that is wrong fails the check that uses it, and the feedback says the class served there
+    forgetful = FROM_SCRATCH.replace("type(self).puts += 1\n        super().put(key, offset)", "type(self).puts += 1")
+    (engine / "from_scratch.py").write_text(forgetful)                 # an offset map that forgets every key
+    classes, _ = load_classes(engine)
+    cap = run_capstone(engine_functions(engine), tmp_path / "wrong", classes={"OffsetMap": classes["OffsetMap"]},
+                       checks=("compaction",))
+    result = cap.results["compaction"]
+    assert not result.passed and "your classes served here too: OffsetMap" in result.feedback(), result.feedback()
+
+
+# ---------------------------------------------------------------------------------------- views
+def test_a_view_bound_to_its_moment_shows_whose_engine_made_it(solutions_engine, tmp_path):
+    """A view's frame records whether the learner's engine ran it: a badge beside the timeline
+    ("your engine: N of M parts yours", the full status line as its tooltip) on the frames made
+    while the switch was on, and none on those made after it was switched off."""
+    from kstore.widgets import DirectoryView
+    log = Log.open(str(tmp_path / "badge-0"), {"segment.bytes": 2048})
+    try:
+        switched = kstore.use_my_engine(str(solutions_engine), quiet=True)
+        try:
+            log.append([("k", "written by your engine")])
+            view = DirectoryView(log, min_interval=0)
+            moment = view.bind()
+        finally:
+            switched.close()
+        assert kstore.my_engine.active() is None
+        parts = len(PARTS)
+        assert f'class="ks-engine-badge"' in view.tl_label.value
+        assert f"your engine: {parts} of {parts} parts yours" in view.tl_label.value
+        assert "kstore&#x27;s: none" in view.tl_label.value or "kstore's: none" in view.tl_label.value
+        log.append([("k", "written by kstore's own code")])
+        later = view.live(False)
+        assert later.seq > moment.seq and "ks-engine-badge" not in view.tl_label.value
+        view.tl_cell.click()                                   # back to its cell's moment: the badge again
+        assert "ks-engine-badge" in view.tl_label.value
+    finally:
+        log.close()
+
+
+def test_the_solutions_engine_folder_is_what_the_solutions_save():
+    """solutions/my_engine/ (handed in beside the chapter 12 solution when it is graded) is the
+    solution notebooks' functions as save() writes them: regenerate it when a solution changes."""
+    from kstore.grading.exercises import SOLUTIONS_DIR
+    from kstore.my_engine import solutions_engine_files
+    folder = SOLUTIONS_DIR / "my_engine"
+    expected = solutions_engine_files()
+    stale = sorted(n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text)
+    assert stale == [], f"solutions/my_engine is stale ({', '.join(stale)}): run `kstore exercises`"
+
+
+@pytest.mark.timeout(600)
+def test_kstore_grade_runs_the_capstone_on_the_handed_in_engine_naming_the_wrong_function(tmp_path):
+    """`kstore grade` on chapter 12's solution handed in with a my_engine/ whose ex04 file holds a
+    catalogue mistake: the learner's functions run in the confined learner process (each engine
+    call a call across the socket), and only the capstone check that owns the function loses
+    points, its feedback naming it."""
+    from kstore.grading.exercises import SOLUTIONS_DIR
+    from kstore.grading.grade import Grader, Settings
+    engine = engine_copy(SOLUTIONS_DIR / "my_engine", tmp_path / "my_engine")
+    task, source, _ = WRONG["translate-by-base-offset"]
+    ex = EXERCISES[task.split(".")[0]]
+    ns = exec_definitions(ex.solution_path)
+    exec(source, ns)
+    write_chapter(engine, ex, ns, list(ex.functions), notebook=ex.solution_path, sources=(source,))
+    notebook = tmp_path / EXERCISES["ex12"].notebook
+    shutil.copy(EXERCISES["ex12"].solution_path, notebook)
+    grader = Grader(Settings(timeout=240, test_timeout=15, cell_timeout=60, jobs=1))
+    try:
+        [sub] = grader.grade([notebook])
+    finally:
+        grader.close()
+    assert sub.status == "ok", sub.notes
+    assert sub.tasks["ex12.1"]["score"] == sub.tasks["ex12.1"]["max"]
+    failing = [t for t in sub.tests if t["outcome"] != "passed"]
+    assert [t["name"] for t in failing] == ["test_your_engine_matches_kafka[clients]"], failing
+    assert "your translate_offset: translate_offset(" in failing[0]["message"], failing[0]["message"]

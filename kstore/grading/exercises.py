@@ -124,8 +124,13 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
         ("The byte range of a fetch", ("fetch_range",)),
         ("Serve it with sendfile", ("send_range",))),
     _ex("ex12", "12-real-clients.ipynb", "Capstone: your code serves real Kafka clients",
-        ("Serve a fetch's byte range", ("serve_fetch",))),
+        ("Serve a fetch's byte range", ("serve_fetch",)),
+        ("Your engine, end to end", ())),
 ]}
+
+# Tasks that grade the learner's whole engine: every other task's function they saved runs as
+# their own while these tests run (no reference stands in; kstore.grading.capstone referees them).
+WHOLE_ENGINE_TASKS = frozenset({"ex12.2"})
 
 TASKS: dict[str, Task] = {t.id: t for e in EXERCISES.values() for t in e.tasks}
 FUNCTION_TASK: dict[str, str] = {f: t.id for t in TASKS.values() for f in t.functions}

@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     for w in written:
         print(f"wrote {w}")
     print(f"exercises/ is up to date ({len(expected_exercises())} notebooks, {len(written)} written)")
+    from ..my_engine import write_solutions_engine     # the solutions' engine, handed in with ex12's solution
+    print(f"{write_solutions_engine()} is the solutions' functions as save() writes them")
     return 0
 
 

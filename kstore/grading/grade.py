@@ -161,7 +161,8 @@ class Grader:
         shutil.copytree(self.tests_dir, tests_copy)
         _read_only(tests_copy)
         nb_copy = work / "submission.ipynb"
-        nb_copy.write_text(json.dumps(nb), encoding="utf-8")
+        from .capstone import with_engine_files      # the capstone's my_engine/, handed in beside it
+        nb_copy.write_text(json.dumps(with_engine_files(nb, path, ex_id)), encoding="utf-8")
         stderr_path = work / "stderr.txt"
         confined = not s.no_confine and can_confine()
         # confined: a directory in the learner's private /tmp; otherwise one of its own, outside this

@@ -17,13 +17,14 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .exercises import FUNCTION_TASK, TASKS
+from .exercises import FUNCTION_TASK, TASKS, WHOLE_ENGINE_TASKS
 
 
 def isolate(namespace: dict[str, Any], task_id: str, reference: Callable[[str], Any]) -> dict[str, Any]:
     """A copy of `namespace` in which the other tasks' functions are `reference(name)`, and every
-    function the learner defined sees that copy as its globals."""
-    own = set(TASKS[task_id].functions)
+    function the learner defined sees that copy as its globals. (A whole-engine task — the
+    capstone — keeps every function the learner defined: their engine is what it grades.)"""
+    own = set(FUNCTION_TASK) if task_id in WHOLE_ENGINE_TASKS else set(TASKS[task_id].functions)
     exercise_id = TASKS[task_id].exercise_id
     g = dict(namespace)
     replaced = set()

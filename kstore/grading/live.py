@@ -322,13 +322,14 @@ def retention_rules(deletable_segments: Callable | None = None, retention_time_b
         patches.append(Patch(retention, "retention_ms_breached", time_rule))
     if size_breach_count is not None:
         def size_rule(log_size, retention_bytes):
-            seen: list[int] = []
+            seen: dict[int, int] = {}          # base offset → size (asked twice, it answers the same)
 
             def predicate(segment, _next):
-                seen.append(segment.size)
+                seen[segment.base_offset] = segment.size
+                prefix = [size for base, size in sorted(seen.items()) if base <= segment.base_offset]
                 # what is not seen yet counts as one more segment: the count depends only on the prefix
-                sizes = seen + [max(0, log_size - sum(seen))]
-                return size_breach_count(sizes, retention_bytes) >= len(seen)
+                sizes = prefix + [max(0, log_size - sum(prefix))]
+                return size_breach_count(sizes, retention_bytes) >= len(prefix)
             return predicate
         patches.append(Patch(retention, "retention_size_breached", size_rule))
     return patches
@@ -451,6 +452,21 @@ def replication_rules(leader_high_watermark: Callable | None = None, follower_hi
     if may_join_isr is not None:
         patches.append(Patch(part_mod, "may_join_isr", may_join_isr))
     return patches
+
+
+def producer_decisions(classify_batch: Callable) -> list[Patch]:
+    """Ch. 09: the leader's check of an idempotent producer's batch (duplicate, stale epoch, out of
+    order, append) is the learner's rule; a DUPLICATE is answered with the matching cached batch."""
+    from .. import producer_state
+
+    def decide(entry, epoch, first_seq, last_seq):
+        cached = None if entry is None else [(b.first_seq, b.last_seq, b.first_offset, b.last_offset)
+                                             for b in entry.batches]
+        outcome = classify_batch(cached, None if entry is None else entry.producer_epoch, epoch,
+                                 first_seq, last_seq)
+        same = [b for b in (entry.batches if entry else ()) if b.first_seq == first_seq]
+        return outcome, (same[0] if outcome == "DUPLICATE" and same else None)
+    return [Patch(producer_state, "decide", decide)]
 
 
 def acks_rules(acks_decision: Callable) -> list[Patch]:

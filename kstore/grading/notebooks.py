@@ -13,6 +13,8 @@ helpers) run too.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,5 +81,6 @@ def exec_definitions(path: str | Path) -> dict[str, Any]:
     for cell in code_cells(nb):
         if "setup" in cell.tags or "solution" in cell.tags:
             code = compile(cell.source, f"{Path(path).name}[cell {cell.index}]", "exec")
-            exec(code, ns)
+            with contextlib.redirect_stdout(io.StringIO()):     # what a cell says to the learner
+                exec(code, ns)
     return ns

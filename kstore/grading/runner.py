@@ -156,7 +156,8 @@ class LearnerPlugin:
     def pytest_runtest_call(self, item):
         use_alarm = self.test_timeout and threading.current_thread() is threading.main_thread()
         if use_alarm:
-            limit = self.test_timeout
+            marked = item.get_closest_marker("timeout")     # a test that needs longer says so
+            limit = max(self.test_timeout, float(marked.args[0])) if marked and marked.args else self.test_timeout
 
             def on_alarm(signum, frame):
                 raise TestTimeout(f"timed out after {limit:g} s (an endless loop?)")

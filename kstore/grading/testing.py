@@ -45,7 +45,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from . import notebooks
-from .exercises import EXERCISES, FUNCTION_TASK, TASKS
+from .exercises import EXERCISES, FUNCTION_TASK, TASKS, WHOLE_ENGINE_TASKS
 from .feedback import Mismatch, call_repr
 from .isolation import isolate as _isolate, learner_location
 from .remote import LearnerDied
@@ -84,7 +84,12 @@ _REFERENCES: dict[str, dict[str, Any]] = {}
 def reference_namespace(exercise_id: str) -> dict[str, Any]:
     """The solution notebook's definitions (run once per process)."""
     if exercise_id not in _REFERENCES:
-        _REFERENCES[exercise_id] = notebooks.exec_definitions(EXERCISES[exercise_id].solution_path)
+        ns = notebooks.exec_definitions(EXERCISES[exercise_id].solution_path)
+        if any(t.id in WHOLE_ENGINE_TASKS for t in EXERCISES[exercise_id].tasks):
+            # the capstone's reference engine: every solution (not whatever my_engine/ the cwd holds)
+            ns.update({f: reference(f) for f, tid in FUNCTION_TASK.items()
+                       if TASKS[tid].exercise_id != exercise_id})
+        _REFERENCES[exercise_id] = ns
     return _REFERENCES[exercise_id]
 
 
@@ -172,6 +177,11 @@ class Learner:
         if name in self._remote.names:
             return RemoteFunction(self._remote, self.task_id, name)
         return None
+
+    def functions(self) -> dict[str, Callable]:
+        """Every exercise function the learner defined, as plain callables (the capstone plugs
+        them into the engine; remote ones are calls into the learner's process)."""
+        return {name: fn for name in FUNCTION_TASK if callable(fn := self._lookup(name))}
 
     def __getattr__(self, name: str) -> Guarded:
         if name.startswith("_"):

@@ -527,6 +527,7 @@ class WidgetView:
             self._update_bar()
             return self.timeline.current
         self.capture_error = None
+        values = {**values, ENGINE_KEY: engine_badge()}      # whose code ran the engine at this moment
         frame = self.timeline.record(values, seq, events, show=show)
         if self.timeline.follow or show:
             self._show(self.timeline.current)
@@ -605,9 +606,33 @@ class WidgetView:
             f'>frame <b>{st["frame"] + 1}/{st["frames"]}</b> · {esc(when)} · engine event '
             f'#{st["seq"]} · {esc(st["label"])}'
             + (f' · <i>{esc(self.capture_error)}: the last frame recorded is the latest</i>'
-               if self.capture_error and st["frame"] == st["frames"] - 1 else "") + '</span>')
+               if self.capture_error and st["frame"] == st["frames"] - 1 else "") + '</span>'
+            + engine_badge_html(self.timeline.current.values.get(ENGINE_KEY)))
         self.tl_back.disabled = st["frame"] == 0
         self.tl_fwd.disabled = st["frame"] == st["frames"] - 1
+
+
+ENGINE_KEY = "ks_engine"     # a frame's record of whose code ran the engine (not a displayed part)
+
+
+def engine_badge() -> tuple[str, str] | None:
+    """(short text, full status) while `kstore.use_my_engine` is on in this kernel, else None."""
+    from .. import my_engine
+    engine = my_engine.active()
+    if engine is None:
+        return None
+    short = (f"your engine: {len(engine.yours)} of {len(engine.yours) + len(engine.kstores)} parts yours"
+             if engine.yours else "your engine: all parts kstore's")
+    return short, engine.status
+
+
+def engine_badge_html(badge: tuple[str, str] | None) -> str:
+    """The badge a view shows beside its timeline when the learner's engine made that frame."""
+    if not badge:
+        return ""
+    short, full = badge
+    return (f' <span class="ks-engine-badge"{attrs(title=full)} style="margin-left:8px;padding:1px 6px;'
+            f'border-radius:8px;background:#e8f5e9;color:#1b5e20;font-size:85%">{esc(short)}</span>')
 
 
 _DISPLAYED: list[weakref.ref] = []

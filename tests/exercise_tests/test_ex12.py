@@ -111,3 +111,38 @@ def test_a_kafka_python_consumer_reads_through_serve_fetch(learner):
                        f"connection (the consumer reconnected and fetched again)")
     if not run.calls:
         raise Mismatch("the broker never called serve_fetch")
+
+
+# ---------------------------------------------------------------------------------- ex12.2: your engine
+_CAPSTONE: dict = {}
+
+
+def capstone_of(learner):
+    """One capstone run per engine (its six checks are six graded tests, and check("ex12") after
+    check("ex12.2") asks again): every function the learner saved, plugged into brokers that real
+    clients use. While `kstore grade` runs, each of the learner's functions is a call into the
+    confined learner process; the engine, the clients, the references and the referee run here."""
+    from kstore.grading.capstone import run_capstone
+    functions = learner.functions()
+    if learner._remote is not None:          # a fresh learner process (after a death) is a new engine
+        key = ("remote", id(learner._remote), learner._remote.starts)
+    else:                                    # the same code objects: the same engine
+        key = tuple(sorted((name, id(getattr(fn, "__code__", fn))) for name, fn in functions.items()))
+    if _CAPSTONE.get("key") != key:
+        root = scratch_dir("kstore-capstone-")
+        try:
+            _CAPSTONE.update(key=key, functions=functions, result=run_capstone(functions, root))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return _CAPSTONE["result"]
+
+
+@task("ex12.2", points=12)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("check", ["clients", "files", "restart", "retention", "compaction", "replication"])
+def test_your_engine_matches_kafka(learner, check):
+    """Each check of the capstone: the learner's saved engine serves; the feedback names the
+    learner's function that answered differently from Kafka's rule (kstore.grading.capstone)."""
+    result = capstone_of(learner).results[check]
+    if not result.passed:
+        raise Mismatch(result.feedback())

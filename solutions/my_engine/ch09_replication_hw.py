@@ -1,4 +1,4 @@
-"""Chapter 09 — Replication: LEO and the high watermark: my passing functions (leader_high_watermark, follower_high_watermark, is_caught_up, may_join_isr, classify_batch, acks_decision).
+"""Chapter 09 — Replication: LEO and the high watermark: my passing functions (leader_high_watermark, follower_high_watermark, is_caught_up, may_join_isr, classify_batch, acks_decision, read_committed).
 
 Written by kstore.my_engine.save("ex09"); a new save replaces this file.
 """
@@ -9,7 +9,7 @@ ACKS_NO_RESPONSE = 'append, no response'
 ACKS_REFUSED = 'NOT_ENOUGH_REPLICAS'
 ACKS_WHEN_REPLICATED = 'append, answer when the ISR has it'
 
-SAVED = ('leader_high_watermark', 'follower_high_watermark', 'is_caught_up', 'may_join_isr', 'classify_batch', 'acks_decision')    # the functions whose tests passed: the engine plugs in these
+SAVED = ('leader_high_watermark', 'follower_high_watermark', 'is_caught_up', 'may_join_isr', 'classify_batch', 'acks_decision', 'read_committed')    # the functions whose tests passed: the engine plugs in these
 
 
 def leader_high_watermark(leos, isr, min_insync_replicas):
@@ -55,3 +55,20 @@ def acks_decision(acks, isr_size, min_insync_replicas, replication_factor):
     if isr_size < min(min_insync_replicas, replication_factor):
         return ACKS_REFUSED
     return ACKS_WHEN_REPLICATED
+
+
+def read_committed(batches, aborted):
+    pending = sorted(aborted, key=lambda entry: entry[1])     # by first offset
+    aborting = set()
+    delivered = []
+    for base, last, producer_id, kind in batches:
+        if producer_id != -1:
+            while pending and pending[0][1] <= last:
+                aborting.add(pending.pop(0)[0])
+            if kind == "abort":
+                aborting.discard(producer_id)
+            elif kind == "txn" and producer_id in aborting:
+                continue
+        if kind in ("data", "txn"):
+            delivered.append(base)
+    return delivered

@@ -77,6 +77,9 @@ NOT_SERVING = {
                "should_retain_record and groups segments by your group_segments_by_size",
     "range_assign": "partition assignment runs in the clients (the group leader's consumer computes it "
                     "and the broker only relays it), so a broker never calls an assignor",
+    "read_committed": "a read_committed consumer drops aborted transactions' records itself (Kafka's "
+                      "CompletedFetch); the broker only sends the aborted-transactions list. kstore's own "
+                      "consumer and Spark source use yours when your engine is switched on",
     "after_crash": "it predicts what a consumer re-reads after a crash; the consumer decides that, "
                    "not the broker",
 }

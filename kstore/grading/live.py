@@ -475,6 +475,14 @@ def acks_rules(acks_decision: Callable) -> list[Patch]:
     return [Patch(part_mod, "acks_decision", acks_decision)]
 
 
+def read_committed_rule(read_committed: Callable) -> list[Patch]:
+    """Ch. 09 (ex09.7): kstore's consumer and Spark source drop aborted transactions' records by the
+    learner's rule (Kafka's CompletedFetch does this in the client; the broker only sends the
+    aborted-transactions list)."""
+    from .. import completed_fetch
+    return [Patch(completed_fetch, "read_committed", read_committed)]
+
+
 def acks_scenarios(root: str) -> dict:
     """Three brokers. `t` (3 replicas, min.insync.replicas=2) and `single` (1 replica, min.insync 2):
     which produce requests are answered at once, which wait for the followers, which are refused

@@ -520,9 +520,9 @@ def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
 
 
 def test_network_sink_through_lost_produce_responses_stores_every_row_once(spark, served):
-    """Each write task is an idempotent producer: a Produce response lost after the broker
+    """Each write task is a transactional producer: a Produce response lost after the broker
     appended makes the task's client send the same batch again, and the broker recognises it (same
-    producer id and sequence) instead of storing the rows twice."""
+    producer id and sequence) instead of storing the rows twice; the driver's EndTxn commits."""
     from kafka_proxy import DroppingProxy
     d, servers, _ = served
     proxy = DroppingProxy(drop_every=3, max_drops=12)
@@ -548,6 +548,94 @@ def test_network_sink_through_lost_produce_responses_stores_every_row_once(spark
             while got := client.fetch("out", p, offset).data.batches():
                 batches += got
                 offset = got[-1].next_offset
-    assert all(b.producer_id >= 0 and b.producer_epoch == 0 and b.base_sequence >= 0
-               for b in batches)
-    assert len({b.producer_id for b in batches}) == 12
+    data = [b for b in batches if not b.is_control]
+    assert all(b.producer_id >= 0 and b.is_transactional and b.base_sequence >= 0 for b in data)
+    assert len({b.producer_id for b in data}) == 12          # one transactional producer per task
+    # the driver committed every task's transaction: a COMMIT marker per producer and partition
+    markers = {(b.producer_id, b.producer_epoch) for b in batches if b.is_control}
+    assert {(b.producer_id, b.producer_epoch) for b in data} <= markers
+
+
+def consume_all(servers: str, topic: str, partitions: int, isolation: str, expected: int,
+                timeout: float = 30) -> list[bytes]:
+    """Every value of `topic` as an unmodified librdkafka consumer with `isolation.level` reads
+    them: polls until `expected` values came, then a quiet second in which no more may come."""
+    import uuid
+
+    import confluent_kafka as ck
+    consumer = ck.Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex,
+                            "auto.offset.reset": "earliest", "isolation.level": isolation,
+                            "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, deadline, quiet_until = [], time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if len(got) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_committed(
+        spark, served, tmp_path):
+    """A micro-batch of two write tasks: one produces all its rows, the other fails (local Spark
+    does not retry tasks), so the batch and the query fail. Nothing of the batch is visible to
+    read_committed readers. Restarted from its checkpoint, the query runs the batch again; each
+    task's transactional id fences its failed attempt, whose transaction is aborted, and the
+    driver commits the new ones: a read_committed consumer (librdkafka) gets every row exactly
+    once, while a read_uncommitted one also gets the aborted rows of the failed attempt."""
+    from kstore.remote_broker import RemoteBroker
+    d, servers, _ = served
+    n = 3000
+    with RemoteBroker(servers) as client:
+        client.create_topic("big", 2)
+        for p in range(2):
+            for i in range(0, n // 2, 500):
+                client.produce("big", p, build_batch([Record(None, b"%d:%d" % (p, j), T0 + j)
+                                                      for j in range(i, i + 500)]))
+    flag, ck = tmp_path / "failed-once", tmp_path / "ck"
+    flag_path = str(flag)
+
+    def fail_once(value):
+        # the first attempt of partition 1's task fails once the other task's rows are stored
+        if value == b"1:1400" and not os.path.exists(flag_path):
+            from kstore.remote_broker import RemoteBroker
+            deadline = time.monotonic() + 60
+            with RemoteBroker(servers) as client:
+                while client.list_offsets("out", 0, -1).offset + \
+                        client.list_offsets("out", 1, -1).offset == 0:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            open(flag_path, "w").close()
+            raise RuntimeError("injected task failure")
+        return value
+
+    from pyspark.sql.functions import col, udf
+    passthrough = udf(fail_once, "binary")
+
+    def run():
+        stream = spark.readStream.format("kstore").option("kafka.bootstrap.servers", servers) \
+            .option("subscribe", "big").option("startingOffsets", "earliest").load()
+        return run_available_now(stream.select(passthrough(col("value")).alias("value"))
+                                 .writeStream.format("kstore")
+                                 .option("kafka.bootstrap.servers", servers).option("topic", "out")
+                                 .option("checkpointLocation", str(ck)))
+
+    with pytest.raises(Exception, match="injected task failure"):
+        run()
+    assert flag.exists()
+    written = consume_all(servers, "out", 2, "read_uncommitted", n // 2, timeout=10)
+    assert len(written) == n // 2                  # the task that succeeded produced its rows...
+    assert consume_all(servers, "out", 2, "read_committed", 1, timeout=3) == []   # ...unseen
+    run()                                          # the restart from the checkpoint
+    committed = consume_all(servers, "out", 2, "read_committed", n)
+    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2))
+    everything = consume_all(servers, "out", 2, "read_uncommitted", n + len(written))
+    assert len(everything) == n + len(written)     # the aborted rows stay in the log

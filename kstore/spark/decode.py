@@ -16,10 +16,11 @@ builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows
    key, every odd one the bytes in between — and `take` of the even elements copies the keys
    into a contiguous array in C++.
 
-Every column is decoded, even for a query that selects one: PySpark's Python data source API
-(4.3) has no column-pruning hook — `read()` must return batches with every column of the schema
-(only filters can be pushed down) — so the decoder cannot know which columns a query uses. What
-keeps the unused ones cheap: one walk over the records serves all columns, and keys and values are
+Every column is decoded here. PySpark's Python data source API (4.3) has no column-pruning hook
+(only filters can be pushed down), so a query that needs few columns names them in a
+user-specified schema and the source drops the others before they cross to the JVM
+(`source.project`) — that hand-over, not the decoding, is what costs most. What keeps the
+unused columns cheap here: one walk over the records serves all columns, and keys and values are
 cut out of the batch buffers by Arrow, without per-row Python.
 
 The batch header gives everything shared by its records: base offset, base timestamp, timestamp

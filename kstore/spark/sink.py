@@ -14,15 +14,13 @@ Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the 
   broker (`kstore serve`) holds: the directory's `.lock` is taken and the broker registered in the
   directory's metadata answers at its address. Every executor task is a producer and sends its
   rows straight to each partition's leader, as Spark's Kafka sink does (`writer.TaskProducer`).
-  Nothing goes through files or the driver. Each task is an idempotent producer (a producer id
-  and per-partition sequence numbers), so a batch re-sent after a lost answer is not stored
-  twice. A streaming batch that was fully committed but re-run after a restart (its `commits/`
-  entry was not written) is skipped, because the sink records each committed batch id in the
-  query's checkpoint (`kstore-sink-commits.json`) and every task checks it. What remains **at
-  least once**: a task that Spark retries after some of its rows were acknowledged, or a batch
-  that failed before its commit and is run again, sends those rows again under a new producer
-  id, and they are stored twice (as with Spark's Kafka sink); transactions, not in kstore yet,
-  are what would make that exactly once (`kstore.spark.writer` says precisely why).
+  Nothing goes through files or the driver. Each task is a transactional producer whose
+  transaction the driver commits with EndTxn once every task succeeded (`commit`), after
+  recording the transactions in the query's checkpoint (`kstore-sink-commits.json`): a restarted
+  query first finishes a commit its killed driver began, and every task of a batch id already
+  committed skips its rows. A retried task fences its earlier attempt. **Exactly once for
+  read_committed readers**; `kstore.spark.writer` says precisely why, and what read_uncommitted
+  readers see.
 
 * Staged — a log directory no broker is running on. The log belongs to one writer at a time
   (its `.lock`), while Spark runs many write tasks at once, in other processes, so the tasks never

@@ -226,6 +226,32 @@ def test_offsets_timestamps_and_subscriptions_in_batch(spark, tmp_path):
     assert rows_of(split) == rows_of(kstore_read(spark, d, subscribe="a"))
 
 
+def test_a_schema_selecting_columns_prunes_the_others(spark, mixed, tmp_path):
+    """Column pruning: a user-specified schema naming some columns of the fixed one (any order)
+    gives exactly those columns, with the values the full schema gives; in streaming too. A
+    column that is not one of the fixed schema's, or has another type, is refused."""
+    full = kstore_read(spark, mixed, subscribe="mixed")
+    pruned = spark.read.format("kstore").schema("offset long, key binary") \
+        .option("subscribe", "mixed").load(str(mixed))
+    assert pruned.columns == ["offset", "key"]
+    assert sorted(map(tuple, pruned.collect()), key=repr) == \
+        sorted(map(tuple, full.select("offset", "key").collect()), key=repr)
+    ck = tmp_path / "ck"
+    stream = spark.readStream.format("kstore").schema("value binary").option("subscribe", "mixed") \
+        .option("startingOffsets", "earliest").load(str(mixed))
+    run_available_now(stream.writeStream.format("parquet").option("path", str(tmp_path / "pq"))
+                      .option("checkpointLocation", str(ck)))
+    copied = spark.read.parquet(str(tmp_path / "pq"))
+    assert copied.columns == ["value"]
+    assert sorted((r.value for r in copied.collect()), key=repr) == \
+        sorted((r.value for r in full.collect()), key=repr)
+    for schema in ("value string", "key binary, extra int", "headers array<struct<key:string,"
+                   "value:binary>>"):
+        with pytest.raises(Exception, match="fixed schema"):
+            spark.read.format("kstore").schema(schema).option("subscribe", "mixed") \
+                .load(str(mixed)).collect()
+
+
 def test_bad_options_give_clear_errors(spark, mixed, tmp_path):
     def error_of(make) -> str:
         with pytest.raises(Exception) as e:

@@ -111,6 +111,27 @@ def test_decoding_yields_arrow_record_batches_with_sparks_kafka_schema(mixed):
     assert offsets == list(range(60)) + list(range(61, 201))
 
 
+def test_the_native_record_walk_gives_what_the_python_walk_gives(mixed):
+    """ColumnBuilder walks record lengths in C (`record_lengths` in kstore/_codec.c) when it is
+    built: the same batches as the Python walk, and a malformed records section still fails with
+    the Python walk's error."""
+    from kstore import native
+    from kstore.errors import InvalidRecordError
+    from kstore.records import RECORD_BATCH_OVERHEAD
+    from kstore.spark.decode import ColumnBuilder
+    if getattr(native.codec, "record_lengths", None) is None:
+        pytest.skip("the native codec is not built: `pip install -e .` with a C compiler")
+    fast = read_all(mixed, "mixed")
+    with native.pure_python():
+        assert read_all(mixed, "mixed") == fast
+    section = build_batch([Record(b"k", b"v" * i, T0) for i in range(50)])[RECORD_BATCH_OVERHEAD:]
+    assert native.codec.record_lengths(section, 49) is None      # does not fill the section
+    assert len(native.codec.record_lengths(section, 50)) == 50 * 8
+    builder = ColumnBuilder("t", 0)
+    with pytest.raises(InvalidRecordError, match="declares 49 records"):
+        builder._record_lengths(section, 49, 0)
+
+
 @pytest.mark.parametrize("start,end", [(0, 1), (5, 17), (37, 38), (59, 61), (60, 62), (100, 201)])
 def test_ranges_start_mid_batch_and_use_the_sparse_index(mixed, start, end):
     expected = [r for r in engine(mixed, "mixed") if r[0] == 1 and start <= r[1] < end]

@@ -608,6 +608,18 @@ def consume_all(servers: str, topic: str, partitions: int, isolation: str, expec
     return got
 
 
+def create_big_topic(servers: str, n: int) -> None:
+    """Topic `big`: n records "P:J" in 2 partitions, in batches of 500, on the running broker
+    (with no retention: their 2023 timestamps would have them deleted under the test's feet)."""
+    from kstore.remote_broker import RemoteBroker
+    with RemoteBroker(servers) as client:
+        client.create_topic("big", 2, configs={"retention.ms": "-1"})
+        for p in range(2):
+            for i in range(0, n // 2, 500):
+                client.produce("big", p, build_batch([Record(None, b"%d:%d" % (p, j), T0 + j)
+                                                      for j in range(i, i + 500)]))
+
+
 def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_committed(
         spark, served, tmp_path):
     """A micro-batch of two write tasks: one produces all its rows, the other fails (local Spark
@@ -616,15 +628,9 @@ def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_c
     task's transactional id fences its failed attempt, whose transaction is aborted, and the
     driver commits the new ones: a read_committed consumer (librdkafka) gets every row exactly
     once, while a read_uncommitted one also gets the aborted rows of the failed attempt."""
-    from kstore.remote_broker import RemoteBroker
     d, servers, _ = served
     n = 3000
-    with RemoteBroker(servers) as client:
-        client.create_topic("big", 2)
-        for p in range(2):
-            for i in range(0, n // 2, 500):
-                client.produce("big", p, build_batch([Record(None, b"%d:%d" % (p, j), T0 + j)
-                                                      for j in range(i, i + 500)]))
+    create_big_topic(servers, n)
     flag, ck = tmp_path / "failed-once", tmp_path / "ck"
     flag_path = str(flag)
 
@@ -662,6 +668,55 @@ def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_c
     assert consume_all(servers, "out", 2, "read_committed", 1, timeout=3) == []   # ...unseen
     run()                                          # the restart from the checkpoint
     committed = consume_all(servers, "out", 2, "read_committed", n)
-    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2))
+    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2)), (
+        len(consume_all(servers, "out", 2, "read_uncommitted", 2 * n, timeout=5)),
+        (ck / "kstore-sink-commits.json").read_text(), second.stderr[-6000:])
     everything = consume_all(servers, "out", 2, "read_uncommitted", n + len(written))
     assert len(everything) == n + len(written)     # the aborted rows stay in the log
+
+
+def test_a_driver_killed_mid_batch_then_restarted_stores_every_row_once_for_read_committed(
+        served, tmp_path):
+    """A driver process killed with SIGKILL while its micro-batch is being written (one task
+    produced all its rows in a transaction, the other is still running): nothing of the batch is
+    visible to read_committed readers, and nobody aborts the open transaction. A new driver
+    restarted from the checkpoint runs the batch again; its tasks' transactional ids fence the
+    dead driver's, whose transaction the coordinator aborts. A read_committed consumer
+    (librdkafka) gets every row exactly once."""
+    import signal
+
+    from kstore.remote_broker import RemoteBroker
+    d, servers, _ = served
+    n = 3000
+    create_big_topic(servers, n)
+    ck, flags = tmp_path / "ck", tmp_path / "flags"
+    flags.mkdir()
+    job = [sys.executable, str(Path(__file__).parent / "spark_killed_driver_job.py"), servers,
+           str(ck), str(flags)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+        "PYTHONPATH")])))
+    first = subprocess.Popen(job + ["block"], cwd=ROOT, env=env, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        with RemoteBroker(servers) as client:      # until partition 0's task produced its rows
+            while not (flags / "reached").exists() or sum(
+                    client.list_offsets("out", p, -1).offset for p in range(2)) < n // 2:
+                assert first.poll() is None and time.monotonic() < deadline, "\n".join(
+                    line for line in first.stdout.read().decode("utf-8", "replace").splitlines()
+                    if "Error" in line or "Exception" in line)[-4000:]
+                time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGKILL)     # the driver, its JVM: no abort, no cleanup
+        first.wait(30)
+    finally:
+        (flags / "go").touch()                   # lets the blocked Python worker end
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert consume_all(servers, "out", 2, "read_committed", 1, timeout=5) == []
+    second = subprocess.run(job + ["run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert "done" in second.stdout, second.stdout[-3000:] + second.stderr[-3000:]
+    committed = consume_all(servers, "out", 2, "read_committed", n)
+    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2)), (
+        len(consume_all(servers, "out", 2, "read_uncommitted", 2 * n, timeout=5)),
+        (ck / "kstore-sink-commits.json").read_text(), second.stderr[-6000:])

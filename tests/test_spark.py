@@ -695,15 +695,17 @@ def test_a_driver_killed_mid_batch_then_restarted_stores_every_row_once_for_read
            str(ck), str(flags)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
         "PYTHONPATH")])))
-    first = subprocess.Popen(job + ["block"], cwd=ROOT, env=env, start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path / "first-driver.log"           # a file: a full pipe would stall the driver
+    with open(log, "wb") as out:
+        first = subprocess.Popen(job + ["block"], cwd=ROOT, env=env, start_new_session=True,
+                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         with RemoteBroker(servers) as client:      # until partition 0's task produced its rows
             while not (flags / "reached").exists() or sum(
                     client.list_offsets("out", p, -1).offset for p in range(2)) < n // 2:
                 assert first.poll() is None and time.monotonic() < deadline, "\n".join(
-                    line for line in first.stdout.read().decode("utf-8", "replace").splitlines()
+                    line for line in log.read_text("utf-8", "replace").splitlines()
                     if "Error" in line or "Exception" in line)[-4000:]
                 time.sleep(0.2)
         os.killpg(first.pid, signal.SIGKILL)     # the driver, its JVM: no abort, no cleanup

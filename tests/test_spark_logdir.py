@@ -575,6 +575,12 @@ def test_kafka_client_options_are_accepted_and_reported_once(capsys):
     assert "kafka.linger.ms" in capsys.readouterr().err
     with pytest.raises(KStoreOptionError, match="'value.serializer' is not supported"):
         parse_sink_options({"path": "/x", "topic": "t", "kafka.value.serializer": "x"})
+    # the transaction timeout of the sink's transactional producers (Kafka's default: 60 s)
+    assert parse_sink_options({"path": "/x", "topic": "t"}).transaction_timeout_ms == 60000
+    assert parse_sink_options({"path": "/x", "topic": "t", "kafka.transaction.timeout.ms":
+                               "120000"}).transaction_timeout_ms == 120000
+    with pytest.raises(KStoreOptionError, match="kafka.transaction.timeout.ms"):
+        parse_sink_options({"path": "/x", "topic": "t", "kafka.transaction.timeout.ms": "soon"})
 
 
 def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monkeypatch):

@@ -666,7 +666,7 @@ def test_a_killed_driver_s_half_done_commit_is_finished_by_the_restarted_query(t
     after committing task 0 only, the restarted query's writer commits task 1 on start, and the
     re-run of the batch skips both tasks; a transaction the coordinator aborted meanwhile is
     re-written by its task only."""
-    from kstore.spark.sink import KStoreStreamWriter, ProducedWrite
+    from kstore.spark.sink import KStoreStreamWriter, ProducedWrite, Recovered
     from kstore.transaction_manager import end_transaction
     from kstore.remote_broker import RemoteBroker
     broker, servers = txn_server
@@ -691,10 +691,10 @@ def test_a_killed_driver_s_half_done_commit_is_finished_by_the_restarted_query(t
     aborted = broker.transaction_coordinator.abort_timed_out(broker.clock.milliseconds() + 5000)
     assert aborted == ["kstore-spark-q-2"]
     restarted = KStoreStreamWriter(options, schema, False)
-    assert (restarted.committed_through, restarted.partial_batch, restarted.partial_tasks) == \
-        (4, 5, [0, 1])
+    assert restarted.recovered["q"] == Recovered(4, 5, [0, 1])
     assert len(_committed_values(broker, "t", 2)) == 6          # task 1 committed on restart
-    assert [restarted._skips(5, i) for i in range(3)] == [True, True, False]
+    assert [restarted._skips("q", 5, i) for i in range(3)] == [True, True, False]
+    assert not restarted._skips("another-query", 5, 0)
     state = json.loads((ck / "kstore-sink-commits.json").read_text())["q"]
     assert (state["state"], state["lost_tasks"]) == ("partial", [2])
     # the re-run of batch 5: only task 2 writes, and the commit completes the batch
@@ -705,4 +705,4 @@ def test_a_killed_driver_s_half_done_commit_is_finished_by_the_restarted_query(t
                                     producer_epoch=again.producer_epoch)], 5)
     assert sorted(_committed_values(broker, "t", 2)) == sorted([b"x0", b"x1", b"x2"] * 3)
     third = KStoreStreamWriter(options, schema, False)
-    assert (third.committed_through, third.partial_batch) == (5, None)
+    assert third.recovered["q"] == Recovered(5, None, [])

@@ -72,6 +72,14 @@ NOT_COMMITTABLE = tuple(ERRORS[name] for name in ("PRODUCER_FENCED", "INVALID_PR
 
 
 @dataclass
+class Recovered:
+    """What one sink committed through a broker before this query (re)started."""
+    committed_through: int | None     # the last batch id committed in full
+    partial_batch: int | None         # a batch committed only in part (its re-run completes it)
+    partial_tasks: list[int]          # the tasks of that batch whose rows are in the log
+
+
+@dataclass
 class StagedRun:
     topic: str
     partition: int
@@ -218,8 +226,7 @@ class _Writer:
                          else f"kstore broker at {self.bootstrap} (serving {location.log_dir})")
         # what this sink committed before (the restart of a query finishes a commit its killed
         # driver began): every task gets it with the pickled writer
-        self.committed_through, self.partial_batch, self.partial_tasks = (
-            self._recover() if self.bootstrap else (None, None, []))
+        self.recovered = self._recover() if self.bootstrap else {}
         if self.bootstrap and self.opts.batch_id is not None and self._marker_path() is None:
             raise KStoreOptionError(
                 "kstore.sinkId + kstore.batchId through a broker need a directory where the sink "
@@ -271,40 +278,41 @@ class _Writer:
         state[sink_id] = dict(entry, time=int(time.time() * 1000))
         atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
-    def _recover(self) -> tuple[int | None, int | None, list[int]]:
-        """(last batch id committed in full, a batch committed only in part, the tasks of it that
-        are in the log), from the record in the checkpoint; read when the query starts, on the
-        driver. A commit the previous driver began and did not finish is finished first."""
-        state = self._load_marks()
-        if self.opts.sink_id is not None:
-            sink_id = self.opts.sink_id
-        else:
-            sink_id = max(state, key=lambda k: state[k]["batch_id"], default=None)
-        entry = state.get(sink_id) if sink_id is not None else None
-        if entry is None:
-            return None, None, []
-        if entry["state"] == "committing":
-            entry = self._end_transactions(sink_id, entry)
-        if entry["state"] == "committed":
-            return entry["batch_id"], None, []
-        return entry["batch_id"] - 1, entry["batch_id"], entry.get("committed_tasks", [])
+    def _recover(self) -> dict[str, "Recovered"]:
+        """Per sink id (a query id, or kstore.sinkId) in the record of committed batches: what is
+        in the log already. Read when the query starts, on the driver (a task knows its query id,
+        the driver does not; a log directory's record may hold several queries). A commit that a
+        killed driver began and did not finish is finished first."""
+        out = {}
+        for sink_id, entry in self._load_marks().items():
+            if entry["state"] == "committing":
+                entry = self._end_transactions(sink_id, entry)
+            if entry["state"] == "committed":
+                out[sink_id] = Recovered(entry["batch_id"], None, [])
+            else:
+                out[sink_id] = Recovered(entry["batch_id"] - 1, entry["batch_id"],
+                                         entry.get("committed_tasks", []))
+        return out
 
-    def _skips(self, batch_id, task: int) -> bool:
-        """Is (batch id, task) in the log already? Spark re-runs a batch whose commit it did not
-        record; a task of it whose transaction was committed must not write its rows again."""
-        if batch_id is None:
+    def _skips(self, sink_id, batch_id, task: int) -> bool:
+        """Is (batch id, task) of this sink in the log already? Spark re-runs a batch whose commit
+        it did not record; a task of it whose transaction was committed must not write again."""
+        done = self.recovered.get(sink_id)
+        if batch_id is None or done is None:
             return False
         b = int(batch_id)
-        if self.committed_through is not None and b <= self.committed_through:
+        if done.committed_through is not None and b <= done.committed_through:
             return True
-        return b == self.partial_batch and task in self.partial_tasks
+        return b == done.partial_batch and task in done.partial_tasks
 
     def _commit_transactions(self, messages, sink_id, batch_id) -> None:
         """Phase two: EndTxn(commit) for every task's transaction, after recording which ones in
         the checkpoint (so a restarted driver finishes them, never runs them twice)."""
         txns = sorted([m.task, m.transactional_id, m.producer_id, m.producer_epoch]
                       for m in messages if isinstance(m, ProducedWrite) and m.transactional_id)
-        done = self.partial_tasks if batch_id is not None and batch_id == self.partial_batch else []
+        before = self.recovered.get(sink_id)
+        done = before.partial_tasks if before is not None and batch_id is not None \
+            and batch_id == before.partial_batch else []
         entry = {"batch_id": batch_id, "state": "committing", "transactions": txns,
                  "committed_tasks": sorted(done)}
         if sink_id is not None and batch_id is not None:
@@ -373,7 +381,7 @@ class _Writer:
     def _produce(self, iterator, batch_id, query_id, task) -> ProducedWrite:
         if batch_id is None:
             batch_id = self.opts.batch_id          # a batch write with kstore.batchId
-        if self._skips(batch_id, task):
+        if self._skips(self.opts.sink_id or query_id, batch_id, task):
             for _ in iterator:       # committed before a restart: Spark re-runs it, we do not
                 pass
             return ProducedWrite(0, task, query_id, skipped=True)

@@ -644,6 +644,59 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* record_lengths (issue 20, the Spark source's decoder: kstore/spark/decode.py ColumnBuilder._walk) */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The zig-zag length varint of each of `records_count` records laid back to back in `data`, as
+ * native int64s in a bytes object (numpy reads it with frombuffer): the one step of the columnar
+ * decoder that must go record by record. None where the Python walk would raise or where a
+ * length needs more than 5 bytes or is negative (the Python walk then handles those records). */
+static PyObject *
+codec_record_lengths(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long count;
+    if (!PyArg_ParseTuple(args, "y*L:record_lengths", &data, &count))
+        return NULL;
+    PyObject *out = NULL;
+    if (count < 0 || count > data.len) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    if (out == NULL)
+        goto done;
+    int ok = 1;
+    int64_t *lengths = (int64_t *)PyBytes_AS_STRING(out);
+    const uint8_t *d = (const uint8_t *)data.buf;
+    Py_ssize_t len = data.len, pos = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (long long i = 0; i < count; i++) {
+        uint64_t z;
+        if (read_unsigned(d, len, &pos, MAX_VARINT_BYTES, &z) < 0 || z > 0xFFFFFFFFULL || (z & 1)) {
+            ok = 0;
+            break;
+        }
+        lengths[i] = (int64_t)z;
+        pos += (Py_ssize_t)(z >> 1);
+        if (pos > len) {
+            ok = 0;
+            break;
+        }
+    }
+    if (pos != len)
+        ok = 0;
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        Py_DECREF(out);
+        out = Py_NewRef(Py_None);
+    }
+done:
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
@@ -659,6 +712,9 @@ static PyMethodDef codec_methods[] = {
     {"encode_records", codec_encode_records, METH_VARARGS,
      "encode_records(records, offsets, base_offset, base_timestamp) -> bytes or None.\n"
      "Mirrors kstore.records.encode_records; None where the reference raises or takes other types."},
+    {"record_lengths", codec_record_lengths, METH_VARARGS,
+     "record_lengths(data, records_count) -> bytes of int64 zig-zag record lengths, or None.\n"
+     "The record walk of kstore.spark.decode.ColumnBuilder._walk (issue 20)."},
     {NULL, NULL, 0, NULL},
 };
 

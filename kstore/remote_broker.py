@@ -38,7 +38,7 @@ API = P.API_KEYS
 VERSION = {"Metadata": 8, "Produce": 8, "Fetch": 11, "ListOffsets": 5, "FindCoordinator": 2,
            "OffsetCommit": 7, "OffsetFetch": 5, "CreateTopics": 4, "CreatePartitions": 1,
            "DescribeConfigs": 3, "ListGroups": 2, "DescribeGroups": 4, "DeleteGroups": 1,
-           "InitProducerId": 1}
+           "InitProducerId": 1, "AddPartitionsToTxn": 2, "EndTxn": 2}
 TOPIC_RESOURCE = 2
 E = P.ERRORS
 # Retriable, as in Kafka's clients (InvalidMetadataException and its kind): refresh and try again.
@@ -286,10 +286,10 @@ class RemoteBroker:
         return self._to_leader(topic, partition, send)
 
     def produce(self, topic: str, partition: int, records: bytes, acks=-1,
-                timeout_ms: int | None = None) -> ProduceAck:
+                timeout_ms: int | None = None, transactional_id: str | None = None) -> ProduceAck:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
         timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
-        body = {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+        body = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
                 "topic_data": [{"name": topic, "partition_data": [{"index": partition,
                                                                     "records": records}]}]}
 

@@ -226,6 +226,32 @@ def test_offsets_timestamps_and_subscriptions_in_batch(spark, tmp_path):
     assert rows_of(split) == rows_of(kstore_read(spark, d, subscribe="a"))
 
 
+def test_a_schema_selecting_columns_prunes_the_others(spark, mixed, tmp_path):
+    """Column pruning: a user-specified schema naming some columns of the fixed one (any order)
+    gives exactly those columns, with the values the full schema gives; in streaming too. A
+    column that is not one of the fixed schema's, or has another type, is refused."""
+    full = kstore_read(spark, mixed, subscribe="mixed")
+    pruned = spark.read.format("kstore").schema("offset long, key binary") \
+        .option("subscribe", "mixed").load(str(mixed))
+    assert pruned.columns == ["offset", "key"]
+    assert sorted(map(tuple, pruned.collect()), key=repr) == \
+        sorted(map(tuple, full.select("offset", "key").collect()), key=repr)
+    ck = tmp_path / "ck"
+    stream = spark.readStream.format("kstore").schema("value binary").option("subscribe", "mixed") \
+        .option("startingOffsets", "earliest").load(str(mixed))
+    run_available_now(stream.writeStream.format("parquet").option("path", str(tmp_path / "pq"))
+                      .option("checkpointLocation", str(ck)))
+    copied = spark.read.parquet(str(tmp_path / "pq"))
+    assert copied.columns == ["value"]
+    assert sorted((r.value for r in copied.collect()), key=repr) == \
+        sorted((r.value for r in full.collect()), key=repr)
+    for schema in ("value string", "key binary, extra int", "headers array<struct<key:string,"
+                   "value:binary>>"):
+        with pytest.raises(Exception, match="fixed schema"):
+            spark.read.format("kstore").schema(schema).option("subscribe", "mixed") \
+                .load(str(mixed)).collect()
+
+
 def test_bad_options_give_clear_errors(spark, mixed, tmp_path):
     def error_of(make) -> str:
         with pytest.raises(Exception) as e:
@@ -520,9 +546,9 @@ def test_network_source_and_sink_through_kstore_serve(spark, served, tmp_path):
 
 
 def test_network_sink_through_lost_produce_responses_stores_every_row_once(spark, served):
-    """Each write task is an idempotent producer: a Produce response lost after the broker
+    """Each write task is a transactional producer: a Produce response lost after the broker
     appended makes the task's client send the same batch again, and the broker recognises it (same
-    producer id and sequence) instead of storing the rows twice."""
+    producer id and sequence) instead of storing the rows twice; the driver's EndTxn commits."""
     from kafka_proxy import DroppingProxy
     d, servers, _ = served
     proxy = DroppingProxy(drop_every=3, max_drops=12)
@@ -548,6 +574,151 @@ def test_network_sink_through_lost_produce_responses_stores_every_row_once(spark
             while got := client.fetch("out", p, offset).data.batches():
                 batches += got
                 offset = got[-1].next_offset
-    assert all(b.producer_id >= 0 and b.producer_epoch == 0 and b.base_sequence >= 0
-               for b in batches)
-    assert len({b.producer_id for b in batches}) == 12
+    data = [b for b in batches if not b.is_control]
+    assert all(b.producer_id >= 0 and b.is_transactional and b.base_sequence >= 0 for b in data)
+    assert len({b.producer_id for b in data}) == 12          # one transactional producer per task
+    # the driver committed every task's transaction: a COMMIT marker per producer and partition
+    markers = {(b.producer_id, b.producer_epoch) for b in batches if b.is_control}
+    assert {(b.producer_id, b.producer_epoch) for b in data} <= markers
+
+
+def consume_all(servers: str, topic: str, partitions: int, isolation: str, expected: int,
+                timeout: float = 30) -> list[bytes]:
+    """Every value of `topic` as an unmodified librdkafka consumer with `isolation.level` reads
+    them: polls until `expected` values came, then a quiet second in which no more may come."""
+    import uuid
+
+    import confluent_kafka as ck
+    consumer = ck.Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex,
+                            "auto.offset.reset": "earliest", "isolation.level": isolation,
+                            "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, deadline, quiet_until = [], time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if len(got) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return got
+
+
+def create_big_topic(servers: str, n: int) -> None:
+    """Topic `big`: n records "P:J" in 2 partitions, in batches of 500, on the running broker
+    (with no retention: their 2023 timestamps would have them deleted under the test's feet)."""
+    from kstore.remote_broker import RemoteBroker
+    with RemoteBroker(servers) as client:
+        client.create_topic("big", 2, configs={"retention.ms": "-1"})
+        for p in range(2):
+            for i in range(0, n // 2, 500):
+                client.produce("big", p, build_batch([Record(None, b"%d:%d" % (p, j), T0 + j)
+                                                      for j in range(i, i + 500)]))
+
+
+def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_committed(
+        spark, served, tmp_path):
+    """A micro-batch of two write tasks: one produces all its rows, the other fails (local Spark
+    does not retry tasks), so the batch and the query fail. Nothing of the batch is visible to
+    read_committed readers. Restarted from its checkpoint, the query runs the batch again; each
+    task's transactional id fences its failed attempt, whose transaction is aborted, and the
+    driver commits the new ones: a read_committed consumer (librdkafka) gets every row exactly
+    once, while a read_uncommitted one also gets the aborted rows of the failed attempt."""
+    d, servers, _ = served
+    n = 3000
+    create_big_topic(servers, n)
+    flag, ck = tmp_path / "failed-once", tmp_path / "ck"
+    flag_path = str(flag)
+
+    def fail_once(value):
+        # the first attempt of partition 1's task fails once the other task's rows are stored
+        if value == b"1:1400" and not os.path.exists(flag_path):
+            from kstore.remote_broker import RemoteBroker
+            deadline = time.monotonic() + 60
+            with RemoteBroker(servers) as client:
+                while client.list_offsets("out", 0, -1).offset + \
+                        client.list_offsets("out", 1, -1).offset == 0:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            open(flag_path, "w").close()
+            raise RuntimeError("injected task failure")
+        return value
+
+    from pyspark.sql.functions import col, udf
+    passthrough = udf(fail_once, "binary")
+
+    def run():
+        stream = spark.readStream.format("kstore").option("kafka.bootstrap.servers", servers) \
+            .option("subscribe", "big").option("startingOffsets", "earliest").load()
+        return run_available_now(stream.select(passthrough(col("value")).alias("value"))
+                                 .writeStream.format("kstore")
+                                 .option("kafka.bootstrap.servers", servers).option("topic", "out")
+                                 .option("checkpointLocation", str(ck)))
+
+    with pytest.raises(Exception, match="injected task failure"):
+        run()
+    assert flag.exists()
+    written = consume_all(servers, "out", 2, "read_uncommitted", n // 2, timeout=10)
+    assert len(written) == n // 2                  # the task that succeeded produced its rows...
+    assert consume_all(servers, "out", 2, "read_committed", 1, timeout=3) == []   # ...unseen
+    run()                                          # the restart from the checkpoint
+    committed = consume_all(servers, "out", 2, "read_committed", n)
+    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2)), (
+        len(consume_all(servers, "out", 2, "read_uncommitted", 2 * n, timeout=5)),
+        (ck / "kstore-sink-commits.json").read_text(), second.stderr[-6000:])
+    everything = consume_all(servers, "out", 2, "read_uncommitted", n + len(written))
+    assert len(everything) == n + len(written)     # the aborted rows stay in the log
+
+
+def test_a_driver_killed_mid_batch_then_restarted_stores_every_row_once_for_read_committed(
+        served, tmp_path):
+    """A driver process killed with SIGKILL while its micro-batch is being written (one task
+    produced all its rows in a transaction, the other is still running): nothing of the batch is
+    visible to read_committed readers, and nobody aborts the open transaction. A new driver
+    restarted from the checkpoint runs the batch again; its tasks' transactional ids fence the
+    dead driver's, whose transaction the coordinator aborts. A read_committed consumer
+    (librdkafka) gets every row exactly once."""
+    import signal
+
+    from kstore.remote_broker import RemoteBroker
+    d, servers, _ = served
+    n = 3000
+    create_big_topic(servers, n)
+    ck, flags = tmp_path / "ck", tmp_path / "flags"
+    flags.mkdir()
+    job = [sys.executable, str(Path(__file__).parent / "spark_killed_driver_job.py"), servers,
+           str(ck), str(flags)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+        "PYTHONPATH")])))
+    log = tmp_path / "first-driver.log"           # a file: a full pipe would stall the driver
+    with open(log, "wb") as out:
+        first = subprocess.Popen(job + ["block"], cwd=ROOT, env=env, start_new_session=True,
+                                 stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        with RemoteBroker(servers) as client:      # until partition 0's task produced its rows
+            while not (flags / "reached").exists() or sum(
+                    client.list_offsets("out", p, -1).offset for p in range(2)) < n // 2:
+                assert first.poll() is None and time.monotonic() < deadline, "\n".join(
+                    line for line in log.read_text("utf-8", "replace").splitlines()
+                    if "Error" in line or "Exception" in line)[-4000:]
+                time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGKILL)     # the driver, its JVM: no abort, no cleanup
+        first.wait(30)
+    finally:
+        (flags / "go").touch()                   # lets the blocked Python worker end
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert consume_all(servers, "out", 2, "read_committed", 1, timeout=5) == []
+    second = subprocess.run(job + ["run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert "done" in second.stdout, second.stdout[-3000:] + second.stderr[-3000:]
+    committed = consume_all(servers, "out", 2, "read_committed", n)
+    assert sorted(committed) == sorted(b"%d:%d" % (p, j) for p in range(2) for j in range(n // 2)), (
+        len(consume_all(servers, "out", 2, "read_uncommitted", 2 * n, timeout=5)),
+        (ck / "kstore-sink-commits.json").read_text(), second.stderr[-6000:])

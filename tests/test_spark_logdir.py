@@ -111,6 +111,27 @@ def test_decoding_yields_arrow_record_batches_with_sparks_kafka_schema(mixed):
     assert offsets == list(range(60)) + list(range(61, 201))
 
 
+def test_the_native_record_walk_gives_what_the_python_walk_gives(mixed):
+    """ColumnBuilder walks record lengths in C (`record_lengths` in kstore/_codec.c) when it is
+    built: the same batches as the Python walk, and a malformed records section still fails with
+    the Python walk's error."""
+    from kstore import native
+    from kstore.errors import InvalidRecordError
+    from kstore.records import RECORD_BATCH_OVERHEAD
+    from kstore.spark.decode import ColumnBuilder
+    if getattr(native.codec, "record_lengths", None) is None:
+        pytest.skip("the native codec is not built: `pip install -e .` with a C compiler")
+    fast = read_all(mixed, "mixed")
+    with native.pure_python():
+        assert read_all(mixed, "mixed") == fast
+    section = build_batch([Record(b"k", b"v" * i, T0) for i in range(50)])[RECORD_BATCH_OVERHEAD:]
+    assert native.codec.record_lengths(section, 49) is None      # does not fill the section
+    assert len(native.codec.record_lengths(section, 50)) == 50 * 8
+    builder = ColumnBuilder("t", 0)
+    with pytest.raises(InvalidRecordError, match="declares 49 records"):
+        builder._record_lengths(section, 49, 0)
+
+
 @pytest.mark.parametrize("start,end", [(0, 1), (5, 17), (37, 38), (59, 61), (60, 62), (100, 201)])
 def test_ranges_start_mid_batch_and_use_the_sparse_index(mixed, start, end):
     expected = [r for r in engine(mixed, "mixed") if r[0] == 1 and start <= r[1] < end]
@@ -554,6 +575,12 @@ def test_kafka_client_options_are_accepted_and_reported_once(capsys):
     assert "kafka.linger.ms" in capsys.readouterr().err
     with pytest.raises(KStoreOptionError, match="'value.serializer' is not supported"):
         parse_sink_options({"path": "/x", "topic": "t", "kafka.value.serializer": "x"})
+    # the transaction timeout of the sink's transactional producers (Kafka's default: 60 s)
+    assert parse_sink_options({"path": "/x", "topic": "t"}).transaction_timeout_ms == 60000
+    assert parse_sink_options({"path": "/x", "topic": "t", "kafka.transaction.timeout.ms":
+                               "120000"}).transaction_timeout_ms == 120000
+    with pytest.raises(KStoreOptionError, match="kafka.transaction.timeout.ms"):
+        parse_sink_options({"path": "/x", "topic": "t", "kafka.transaction.timeout.ms": "soon"})
 
 
 def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monkeypatch):
@@ -577,33 +604,105 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monke
     assert not reader._delay({tp: 120}, {tp: 121}, {})
 
 
-def test_a_task_producer_resend_is_stored_once_but_a_retried_task_is_a_new_producer(tmp_path):
-    """What the network sink's guarantee rests on (kstore.spark.writer): one task attempt's
-    producer sends sequenced batches, so the same bytes sent again are recognised by the broker;
-    a retried task gets a new producer id, and its rows are stored a second time."""
+def _committed_values(broker, topic: str, partitions: int) -> list[bytes]:
+    """What a read_committed reader of `topic` gets (test_transactions.committed_view)."""
+    from test_transactions import committed_view
+    return [v for p in range(partitions) for v in committed_view(broker.get_log(topic, p))]
+
+
+@pytest.fixture
+def txn_server(tmp_path):
     from kstore.server import KafkaServer
-    from kstore.spark.writer import Router, TaskProducer, encoded_runs
     broker = Broker(str(tmp_path / "logs"), port=0)
     server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
-    broker.create_topic("t", 1)
-    rows = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c"]})
+    broker.create_topic("t", 2)
+    yield broker, f"127.0.0.1:{server.port}"
+    server.stop()
+    broker.shutdown()
 
-    def attempt(resend: bool) -> int:
-        producer = TaskProducer(f"127.0.0.1:{server.port}", 5000, "task-0")
-        for topic, p, data, n in encoded_runs(rows, Router("t", {"t": 1}, "test"),
-                                              Compression.NONE, T0, producer):
-            producer.send(topic, p, data, n)
-            if resend:
-                producer.send(topic, p, data, n)   # as after a lost response: same sequence
-        producer.close()
-        return producer.producer_id
 
-    try:
-        first = attempt(resend=True)
-        assert [r.value for r in broker.get_log("t", 0).records()] == [b"a", b"b", b"c"]
-        second = attempt(resend=False)             # Spark's retry of the task
-        assert second != first >= 0
-        assert [r.value for r in broker.get_log("t", 0).records()] == [b"a", b"b", b"c"] * 2
-    finally:
-        server.stop()
-        broker.shutdown()
+def _task_attempt(servers: str, values: list[bytes], tid: str, resend: bool = False,
+                  timeout_ms: int = 60000):
+    """One write task's attempt as the sink runs it: a transactional producer, not committed."""
+    from kstore.spark.writer import Router, TaskProducer, encoded_runs
+    producer = TaskProducer(servers, 5000, "task-0", transactional_id=tid,
+                            transaction_timeout_ms=timeout_ms)
+    rows = pa.RecordBatch.from_pydict({"value": values})
+    for topic, p, data, n in encoded_runs(rows, Router("t", {"t": 2}, "test"), Compression.NONE,
+                                          T0, producer):
+        producer.send(topic, p, data, n)
+        if resend:
+            producer.send(topic, p, data, n)   # as after a lost response: same sequence
+    producer.close()
+    return producer
+
+
+def test_a_retried_task_fences_its_earlier_attempt_and_the_driver_commits_once(txn_server):
+    """What the network sink's exactly-once rests on (kstore.spark.writer): a task attempt is a
+    transactional producer; a re-sent batch is recognised by its sequence; a retried attempt with
+    the same transactional id fences the first and aborts what it wrote; read_committed readers
+    see the rows only after the driver's EndTxn, and exactly once."""
+    from kstore.remote_broker import RemoteBroker
+    from kstore.transaction_manager import end_transaction
+    broker, servers = txn_server
+    first = _task_attempt(servers, [b"a", b"b", b"c"], "kstore-spark-q-0", resend=True)
+    assert first.txn.partitions and _committed_values(broker, "t", 2) == []    # not committed
+    second = _task_attempt(servers, [b"a", b"b", b"c"], "kstore-spark-q-0")    # Spark's retry
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id,
+                                                           first.producer_epoch + 2)
+    assert _committed_values(broker, "t", 2) == []        # the first attempt's rows were aborted
+    with RemoteBroker(servers) as client:
+        with pytest.raises(Exception, match="PRODUCER_FENCED"):   # the late first attempt
+            end_transaction(client, "kstore-spark-q-0", first.producer_id, first.producer_epoch, True)
+        end_transaction(client, "kstore-spark-q-0", second.producer_id, second.producer_epoch, True)
+        end_transaction(client, "kstore-spark-q-0", second.producer_id, second.producer_epoch, True)
+    assert sorted(_committed_values(broker, "t", 2)) == [b"a", b"b", b"c"]
+    everything = [r.value for p in range(2) for r in broker.get_log("t", p).records()]
+    assert sorted(everything) == [b"a", b"a", b"b", b"b", b"c", b"c"]   # aborted rows stay stored
+
+
+def test_a_killed_driver_s_half_done_commit_is_finished_by_the_restarted_query(txn_server, tmp_path):
+    """The driver records the transactions it is committing before the first EndTxn. Killed
+    after committing task 0 only, the restarted query's writer commits task 1 on start, and the
+    re-run of the batch skips both tasks; a transaction the coordinator aborted meanwhile is
+    re-written by its task only."""
+    from kstore.spark.sink import KStoreStreamWriter, ProducedWrite, Recovered
+    from kstore.transaction_manager import end_transaction
+    from kstore.remote_broker import RemoteBroker
+    broker, servers = txn_server
+    ck = tmp_path / "ck"
+    options = {"kafka.bootstrap.servers": servers, "topic": "t", "checkpointLocation": str(ck)}
+    from pyspark.sql.types import BinaryType, StructField, StructType
+    schema = StructType([StructField("value", BinaryType())])
+    writer = KStoreStreamWriter(options, schema, False)
+    tasks = [_task_attempt(servers, [b"x%d" % i for i in range(3)], f"kstore-spark-q-{i}",
+                           timeout_ms=1000 if i == 2 else 60000) for i in range(3)]
+    messages = [ProducedWrite(3, i, "q", transactional_id=t.txn.transactional_id,
+                              producer_id=t.producer_id, producer_epoch=t.producer_epoch)
+                for i, t in enumerate(tasks)]
+    # the driver, killed mid-commit: the record written, task 0 committed, the others not
+    txns = [[m.task, m.transactional_id, m.producer_id, m.producer_epoch] for m in messages]
+    writer._save_mark("q", {"batch_id": 5, "state": "committing", "transactions": txns,
+                            "committed_tasks": []})
+    with RemoteBroker(servers) as client:
+        end_transaction(client, *txns[0][1:], True)
+    assert len(_committed_values(broker, "t", 2)) == 3
+    # meanwhile the coordinator aborts task 2's transaction (its timeout passed)
+    aborted = broker.transaction_coordinator.abort_timed_out(broker.clock.milliseconds() + 5000)
+    assert aborted == ["kstore-spark-q-2"]
+    restarted = KStoreStreamWriter(options, schema, False)
+    assert restarted.recovered["q"] == Recovered(4, 5, [0, 1])
+    assert len(_committed_values(broker, "t", 2)) == 6          # task 1 committed on restart
+    assert [restarted._skips("q", 5, i) for i in range(3)] == [True, True, False]
+    assert not restarted._skips("another-query", 5, 0)
+    state = json.loads((ck / "kstore-sink-commits.json").read_text())["q"]
+    assert (state["state"], state["lost_tasks"]) == ("partial", [2])
+    # the re-run of batch 5: only task 2 writes, and the commit completes the batch
+    again = _task_attempt(servers, [b"x%d" % i for i in range(3)], "kstore-spark-q-2")
+    restarted.commit([ProducedWrite(0, 0, "q", skipped=True), ProducedWrite(0, 1, "q", skipped=True),
+                      ProducedWrite(3, 2, "q", transactional_id=again.txn.transactional_id,
+                                    producer_id=again.producer_id,
+                                    producer_epoch=again.producer_epoch)], 5)
+    assert sorted(_committed_values(broker, "t", 2)) == sorted([b"x0", b"x1", b"x2"] * 3)
+    third = KStoreStreamWriter(options, schema, False)
+    assert third.recovered["q"] == Recovered(5, None, [])

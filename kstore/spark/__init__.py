@@ -10,7 +10,8 @@
 
 Modules:
     source    the DataSource (`kstore`), batch and streaming readers, offsets and data-loss rules
-    sink      batch and streaming writers: through a broker (tasks produce, at least once) or
+    sink      batch and streaming writers: through a broker (tasks produce in transactions the
+              driver commits: exactly once for read_committed readers) or
               staged under a log dir (appended at commit, exactly once per batch id)
     options   the options, validated like Spark's Kafka source validates them
     logdir    a read-only reader of log directories (no lock, no writes: safe next to a broker)

@@ -6,8 +6,9 @@ builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows
 
 1. per batch, in Python: check the CRC (as Kafka's consumers do, `check.crcs=true`), decompress
    the records section once (`kstore.compression`), and walk the chain of record lengths — the
-   only step that must go record by record (a record's start depends on the previous length);
-   one- and two-byte varints, nearly all of them, never leave the loop;
+   only step that must go record by record (a record's start depends on the previous length),
+   so it runs in C when the native codec is built (`record_lengths` in kstore/_codec.c), else in
+   a Python loop where one- and two-byte varints, nearly all of them, never leave the loop;
 2. for all the records at once, with numpy: every other field sits at a position computed from
    the previous field's position and varint size, so attributes, timestamp delta, offset delta,
    key length and value length are decoded as whole columns (`_varints`). Keys and values are
@@ -16,10 +17,11 @@ builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows
    key, every odd one the bytes in between — and `take` of the even elements copies the keys
    into a contiguous array in C++.
 
-Every column is decoded, even for a query that selects one: PySpark's Python data source API
-(4.3) has no column-pruning hook — `read()` must return batches with every column of the schema
-(only filters can be pushed down) — so the decoder cannot know which columns a query uses. What
-keeps the unused ones cheap: one walk over the records serves all columns, and keys and values are
+Every column is decoded here. PySpark's Python data source API (4.3) has no column-pruning hook
+(only filters can be pushed down), so a query that needs few columns names them in a
+user-specified schema and the source drops the others before they cross to the JVM
+(`source.project`) — that hand-over, not the decoding, is what costs most. What keeps the
+unused columns cheap here: one walk over the records serves all columns, and keys and values are
 cut out of the batch buffers by Arrow, without per-row Python.
 
 The batch header gives everything shared by its records: base offset, base timestamp, timestamp
@@ -39,6 +41,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 
+from .. import native
 from ..compression import Compression, decompress
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..records import (ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, CURRENT_MAGIC,
@@ -134,7 +137,7 @@ class ColumnBuilder:
     def _reset(self) -> None:
         self._payloads: list[bytes] = []
         self._size = 0
-        self._lengths: list[int] = []       # zig-zag length varint of every record
+        self._lengths: list[np.ndarray] = []   # per batch: each record's zig-zag length varint
         self._batches: list[tuple] = []     # (count, base offset, base ts, log-append ts, lo, hi)
         self._pending = 0
 
@@ -169,7 +172,7 @@ class ColumnBuilder:
         codec = attributes & COMPRESSION_CODEC_MASK
         raw = buf[pos + RECORD_BATCH_OVERHEAD:pos + size]
         data = bytes(raw) if codec == 0 else decompress(Compression(codec), raw)
-        self._walk(data, count, self._lengths.append, base_offset)
+        self._lengths.append(self._record_lengths(data, count, base_offset))
         self._payloads.append(data)
         self._size += len(data)
         log_append = max_ts if attributes & TIMESTAMP_TYPE_MASK else None
@@ -178,6 +181,18 @@ class ColumnBuilder:
                               None if whole else start, None if whole else end))
         self._pending += count
         return count
+
+    def _record_lengths(self, data: bytes, count: int, base_offset: int) -> np.ndarray:
+        """The walk below, in C when the native codec is built (`record_lengths` in
+        kstore/_codec.c); the Python walk runs where C finds something wrong, to raise its error."""
+        walk = getattr(native.codec, "record_lengths", None)
+        if walk is not None:
+            found = walk(data, count)
+            if found is not None:
+                return np.frombuffer(found, dtype=np.int64)
+        out: list[int] = []
+        self._walk(data, count, out.append, base_offset)
+        return np.array(out, dtype=np.int64)
 
     def _walk(self, data: bytes, count: int, append, base_offset: int) -> None:
         """Record boundaries: append the raw (zig-zag) length varint of each record. Positions
@@ -224,7 +239,7 @@ class ColumnBuilder:
 
     def _columns(self, data: bytes) -> pa.RecordBatch | None:
         buf = np.frombuffer(data, dtype=np.uint8)
-        zz = np.array(self._lengths, dtype=np.int64)
+        zz = np.concatenate(self._lengths) if len(self._lengths) > 1 else self._lengths[0]
         if (zz & 1).any():
             raise InvalidRecordError(f"a record of {self.topic}-{self.partition} has a negative "
                                      f"length")

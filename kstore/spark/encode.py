@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from ..compression import Compression, compress
 from ..records import (ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CRC_OFFSET, CURRENT_MAGIC,
                        HEADER, LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-                       NO_PRODUCER_ID, NO_SEQUENCE, RECORD_BATCH_OVERHEAD, Record, build_batch,
-                       crc32c)
+                       NO_PRODUCER_ID, NO_SEQUENCE, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_FLAG_MASK,
+                       Record, build_batch, crc32c)
 
 MAX_BATCH_BYTES = 512 * 1024          # below max.message.bytes (1 MiB) after the header
 MAX_BATCH_RECORDS = 16384
@@ -153,13 +153,16 @@ def records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
 
 def wrap_batch(records: bytes, count: int, timestamp: int, compression: Compression,
                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
-               base_sequence: int = NO_SEQUENCE) -> bytes:
+               base_sequence: int = NO_SEQUENCE, transactional: bool = False) -> bytes:
     """A v2 batch around an encoded records section (base offset 0: the broker assigns it).
-    The producer fields are where an idempotent producer puts its id, epoch and sequence."""
+    The producer fields are where an idempotent producer puts its id, epoch and sequence; a
+    transactional producer's batches also carry the transactional attribute bit."""
     body = compress(compression, records) if compression != Compression.NONE else records
     buf = bytearray(RECORD_BATCH_OVERHEAD + len(body))
+    attributes = (int(compression) & COMPRESSION_CODEC_MASK) | \
+        (TRANSACTIONAL_FLAG_MASK if transactional else 0)
     HEADER.pack_into(buf, 0, 0, len(buf) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, CURRENT_MAGIC,
-                     0, int(compression) & COMPRESSION_CODEC_MASK, count - 1, timestamp,
+                     0, attributes, count - 1, timestamp,
                      timestamp, producer_id, producer_epoch, base_sequence, count)
     buf[RECORD_BATCH_OVERHEAD:] = body
     struct.pack_into(">I", buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
@@ -187,27 +190,30 @@ def no_producer(count: int) -> tuple[int, int, int]:
 
 
 def encode_batches(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
-                   compression: Compression, headers: list | None = None, stamp=no_producer):
+                   compression: Compression, headers: list | None = None, stamp=no_producer,
+                   transactional: bool = False):
     """Yield (batch bytes, record count) for a run of records of one partition. `stamp(count)`
-    gives each batch, in order, its (producer id, epoch, base sequence)."""
+    gives each batch, in order, its (producer id, epoch, base sequence); `transactional` marks
+    the batches as a transactional producer's."""
     cuts = split_points(keys, values)
     for a, b in zip(cuts, cuts[1:]):
         idx = np.arange(a, b)
         producer = stamp(b - a)
         if headers is not None and any(headers[i] for i in range(a, b)):
             yield _python_batch(keys.take(idx), values.take(idx), timestamp, compression,
-                                headers[a:b], producer), b - a
+                                headers[a:b], producer, transactional), b - a
             continue
         section = records_section(keys.take(idx), values.take(idx))
-        yield wrap_batch(section, b - a, timestamp, compression, *producer), b - a
+        yield wrap_batch(section, b - a, timestamp, compression, *producer, transactional), b - a
 
 
 def _python_batch(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
                   compression: Compression, headers: list,
-                  producer: tuple[int, int, int]) -> bytes:
+                  producer: tuple[int, int, int], transactional: bool = False) -> bytes:
     records = [Record(keys.cell(i), values.cell(i), timestamp,
                       tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ())
                for i in range(len(values.lengths))]
     producer_id, producer_epoch, base_sequence = producer
     return build_batch(records, compression=compression, producer_id=producer_id,
-                       producer_epoch=producer_epoch, base_sequence=base_sequence)
+                       producer_epoch=producer_epoch, base_sequence=base_sequence,
+                       transactional=transactional)

@@ -43,7 +43,7 @@ SOURCE_OPTIONS = [
 SINK_OPTIONS = ["path", "kafka.bootstrap.servers", "topic", "includeHeaders",
                 "kafkaConsumer.pollTimeoutMs", "kafka.compression.type", "kafka.request.timeout.ms",
                 "kafka.acks", "kstore.lockTimeoutMs", "kstore.stagingDir", "kstore.compression",
-                "kstore.sinkId", "kstore.batchId"]
+                "kstore.sinkId", "kstore.batchId", "kafka.transaction.timeout.ms"]
 # Added by Spark itself to a streaming sink's options.
 SPARK_ADDED = ["checkpointLocation", "queryName"]
 
@@ -416,6 +416,7 @@ class SinkOptions:
     sink_id: str | None = None
     batch_id: int | None = None
     checkpoint_location: str | None = None
+    transaction_timeout_ms: int = 60000     # the producer's transaction.timeout.ms
 
 
 def parse_sink_options(options: dict) -> SinkOptions:
@@ -454,4 +455,5 @@ def parse_sink_options(options: dict) -> SinkOptions:
                                     "they make a write idempotent")
     return SinkOptions(location, topic, _positive_int(options, "kstore.lockTimeoutMs") or 30000,
                        options.get("kstore.stagingDir"), compression, options.get("kstore.sinkId"),
-                       batch_id, options.get("checkpointLocation"))
+                       batch_id, options.get("checkpointLocation"),
+                       _positive_int(options, "kafka.transaction.timeout.ms") or 60000)

@@ -14,15 +14,13 @@ Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the 
   broker (`kstore serve`) holds: the directory's `.lock` is taken and the broker registered in the
   directory's metadata answers at its address. Every executor task is a producer and sends its
   rows straight to each partition's leader, as Spark's Kafka sink does (`writer.TaskProducer`).
-  Nothing goes through files or the driver. Each task is an idempotent producer (a producer id
-  and per-partition sequence numbers), so a batch re-sent after a lost answer is not stored
-  twice. A streaming batch that was fully committed but re-run after a restart (its `commits/`
-  entry was not written) is skipped, because the sink records each committed batch id in the
-  query's checkpoint (`kstore-sink-commits.json`) and every task checks it. What remains **at
-  least once**: a task that Spark retries after some of its rows were acknowledged, or a batch
-  that failed before its commit and is run again, sends those rows again under a new producer
-  id, and they are stored twice (as with Spark's Kafka sink); transactions, not in kstore yet,
-  are what would make that exactly once (`kstore.spark.writer` says precisely why).
+  Nothing goes through files or the driver. Each task is a transactional producer whose
+  transaction the driver commits with EndTxn once every task succeeded (`commit`), after
+  recording the transactions in the query's checkpoint (`kstore-sink-commits.json`): a restarted
+  query first finishes a commit its killed driver began, and every task of a batch id already
+  committed skips its rows. A retried task fences its earlier attempt. **Exactly once for
+  read_committed readers**; `kstore.spark.writer` says precisely why, and what read_uncommitted
+  readers see.
 
 * Staged — a log directory no broker is running on. The log belongs to one writer at a time
   (its `.lock`), while Spark runs many write tasks at once, in other processes, so the tasks never
@@ -59,6 +57,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from ..compression import Compression
 from ..errors import LogError
 from ..metadata import METADATA_FILE
+from ..protocol import ERRORS
 from .options import KStoreOptionError, SinkOptions, parse_sink_options
 from .writer import (KStoreSinkError, Router, TaskProducer, encoded_runs,  # noqa: F401
                      produce_task)
@@ -67,6 +66,17 @@ STAGING_DIR_NAME = ".kstore-spark-staging"
 COMMITS_FILE = "kstore-spark-sink-commits.json"          # staged mode, in the log directory
 CHECKPOINT_COMMITS_FILE = "kstore-sink-commits.json"     # through a broker, in the checkpoint
 STALE_STAGING_S = 600      # staged files untouched this long belong to a driver that died
+# EndTxn answers meaning the transaction was aborted (fenced by a newer epoch after its timeout)
+NOT_COMMITTABLE = tuple(ERRORS[name] for name in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH",
+                                                  "INVALID_TXN_STATE", "INVALID_PRODUCER_ID_MAPPING"))
+
+
+@dataclass
+class Recovered:
+    """What one sink committed through a broker before this query (re)started."""
+    committed_through: int | None     # the last batch id committed in full
+    partial_batch: int | None         # a batch committed only in part (its re-run completes it)
+    partial_tasks: list[int]          # the tasks of that batch whose rows are in the log
 
 
 @dataclass
@@ -92,11 +102,15 @@ class StagedWrite(WriterCommitMessage):
 
 @dataclass
 class ProducedWrite(WriterCommitMessage):
-    """What one write task produced to the brokers (skipped: a batch committed before)."""
+    """What one write task produced to the brokers (skipped: a batch committed before), and the
+    transaction that holds its rows until the driver commits it (None: the task wrote nothing)."""
     rows: int = 0
     task: int = 0
     query_id: str | None = None
     skipped: bool = False
+    transactional_id: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 def serving_broker(log_dir: str) -> str | None:
@@ -210,7 +224,9 @@ class _Writer:
         self.staging_root = self._staging_root()
         self.describe = (location.describe() if location.bootstrap_servers or not self.bootstrap
                          else f"kstore broker at {self.bootstrap} (serving {location.log_dir})")
-        self.committed_through = self._committed_batch() if self.bootstrap else None
+        # what this sink committed before (the restart of a query finishes a commit its killed
+        # driver began): every task gets it with the pickled writer
+        self.recovered = self._recover() if self.bootstrap else {}
         if self.bootstrap and self.opts.batch_id is not None and self._marker_path() is None:
             raise KStoreOptionError(
                 "kstore.sinkId + kstore.batchId through a broker need a directory where the sink "
@@ -244,36 +260,111 @@ class _Writer:
             directory = self.staging_root
         return None if directory is None else os.path.join(directory, CHECKPOINT_COMMITS_FILE)
 
-    def _committed_batch(self) -> int | None:
-        """The last batch id this sink committed through a broker (read when the query starts,
-        on the driver; every task gets it with the pickled writer)."""
+    def _load_marks(self) -> dict:
         path = self._marker_path()
-        if path is None:
-            return None
         try:
             with open(path, encoding="utf-8") as f:
-                state = json.load(f)
-        except FileNotFoundError:
-            return None
-        if self.opts.sink_id is not None:
-            entry = state.get(self.opts.sink_id)
-            return None if entry is None else entry["batch_id"]
-        return max((e["batch_id"] for e in state.values()), default=None)
+                return json.load(f)
+        except (FileNotFoundError, TypeError):
+            return {}
 
-    def _record_committed(self, sink_id: str, batch_id: int) -> None:
+    def _save_mark(self, sink_id: str, entry: dict) -> None:
         path = self._marker_path()
         if path is None:
             return
         from ..checkpoint import atomic_write
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            with open(path, encoding="utf-8") as f:
-                state = json.load(f)
-        except FileNotFoundError:
-            state = {}
-        state[sink_id] = {"batch_id": batch_id, "state": "committed",
-                          "time": int(time.time() * 1000)}
+        state = self._load_marks()
+        state[sink_id] = dict(entry, time=int(time.time() * 1000))
         atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+    def _recover(self) -> dict[str, "Recovered"]:
+        """Per sink id (a query id, or kstore.sinkId) in the record of committed batches: what is
+        in the log already. Read when the query starts, on the driver (a task knows its query id,
+        the driver does not; a log directory's record may hold several queries). A commit that a
+        killed driver began and did not finish is finished first."""
+        out = {}
+        for sink_id, entry in self._load_marks().items():
+            if entry["state"] == "committing":
+                entry = self._end_transactions(sink_id, entry)
+            if entry["state"] == "committed":
+                out[sink_id] = Recovered(entry["batch_id"], None, [])
+            else:
+                out[sink_id] = Recovered(entry["batch_id"] - 1, entry["batch_id"],
+                                         entry.get("committed_tasks", []))
+        return out
+
+    def _skips(self, sink_id, batch_id, task: int) -> bool:
+        """Is (batch id, task) of this sink in the log already? Spark re-runs a batch whose commit
+        it did not record; a task of it whose transaction was committed must not write again."""
+        done = self.recovered.get(sink_id)
+        if batch_id is None or done is None:
+            return False
+        b = int(batch_id)
+        if done.committed_through is not None and b <= done.committed_through:
+            return True
+        return b == done.partial_batch and task in done.partial_tasks
+
+    def _commit_transactions(self, messages, sink_id, batch_id) -> None:
+        """Phase two: EndTxn(commit) for every task's transaction, after recording which ones in
+        the checkpoint (so a restarted driver finishes them, never runs them twice)."""
+        txns = sorted([m.task, m.transactional_id, m.producer_id, m.producer_epoch]
+                      for m in messages if isinstance(m, ProducedWrite) and m.transactional_id)
+        before = self.recovered.get(sink_id)
+        done = before.partial_tasks if before is not None and batch_id is not None \
+            and batch_id == before.partial_batch else []
+        entry = {"batch_id": batch_id, "state": "committing", "transactions": txns,
+                 "committed_tasks": sorted(done)}
+        if sink_id is not None and batch_id is not None:
+            self._save_mark(sink_id, entry)
+        entry = self._end_transactions(sink_id if batch_id is not None else None, entry)
+        if entry["state"] != "committed":
+            raise KStoreSinkError(
+                f"the kstore sink could not commit the rows of task(s) {entry['lost_tasks']} of "
+                f"batch {batch_id}: their transactions were aborted by the coordinator (open "
+                f"longer than kafka.transaction.timeout.ms = {self.opts.transaction_timeout_ms} "
+                f"ms?). The other tasks' rows are committed; restart the query and Spark runs the "
+                f"batch again, where only those tasks write their rows again.")
+
+    def _end_transactions(self, sink_id, entry: dict) -> dict:
+        """EndTxn(commit) for each transaction of `entry`; returns (and records under sink_id)
+        the outcome: "committed", or "partial" with the tasks whose rows are in the log."""
+        from ..errors import KStoreError
+        from ..remote_broker import RemoteBroker
+        from ..transaction_manager import end_transaction
+        done, lost = set(entry.get("committed_tasks", [])), []
+        with RemoteBroker(self.bootstrap, client_id="kstore-spark-sink-commit",
+                          timeout_s=self.opts.location.timeout_ms / 1000) as client:
+            for task, tid, pid, epoch in entry["transactions"]:
+                try:
+                    end_transaction(client, tid, pid, epoch, commit=True)
+                    done.add(task)
+                except KStoreError as e:
+                    if getattr(e, "error_code", None) not in NOT_COMMITTABLE:
+                        raise           # unreachable broker...: left "committing", retried later
+                    lost.append(task)
+        out = {"batch_id": entry["batch_id"], "state": "partial" if lost else "committed",
+               "committed_tasks": sorted(done), "lost_tasks": lost}
+        if sink_id is not None:
+            self._save_mark(sink_id, out)
+        return out
+
+    def _abort_transactions(self, messages) -> None:
+        """A failed job: abort what its finished tasks wrote (best effort: the coordinator
+        aborts a transaction left open when its timeout passes)."""
+        from ..errors import KStoreError
+        from ..remote_broker import RemoteBroker
+        from ..transaction_manager import end_transaction
+        txns = [m for m in messages if isinstance(m, ProducedWrite) and m.transactional_id]
+        if not txns:
+            return
+        with contextlib.suppress(KStoreError, OSError), \
+                RemoteBroker(self.bootstrap, client_id="kstore-spark-sink-commit",
+                             timeout_s=self.opts.location.timeout_ms / 1000) as client:
+            for m in txns:
+                with contextlib.suppress(KStoreError):
+                    end_transaction(client, m.transactional_id, m.producer_id, m.producer_epoch,
+                                    commit=False)
 
     # ---- the task side
     def write(self, iterator):
@@ -290,19 +381,27 @@ class _Writer:
     def _produce(self, iterator, batch_id, query_id, task) -> ProducedWrite:
         if batch_id is None:
             batch_id = self.opts.batch_id          # a batch write with kstore.batchId
-        if batch_id is not None and self.committed_through is not None \
-                and int(batch_id) <= self.committed_through:
+        if self._skips(self.opts.sink_id or query_id, batch_id, task):
             for _ in iterator:       # committed before a restart: Spark re-runs it, we do not
                 pass
             return ProducedWrite(0, task, query_id, skipped=True)
+        # One transactional id per task of this sink: a retried attempt, or the same task of a
+        # re-run batch, fences the earlier one and aborts what it left open.
+        owner = self.opts.sink_id or query_id or self.write_id
         producer = TaskProducer(self.bootstrap, self.opts.location.timeout_ms,
-                                client_id=f"kstore-spark-sink-{task}")
+                                client_id=f"kstore-spark-sink-{task}",
+                                transactional_id=f"kstore-spark-{owner}-{task}",
+                                transaction_timeout_ms=self.opts.transaction_timeout_ms)
         try:
             rows = produce_task(iterator, self.opts.topic, producer,
                                 Compression.from_name(self.opts.compression), self.describe)
         finally:
             producer.close()
-        return ProducedWrite(rows, task, query_id)
+        txn = producer.txn
+        if not txn.partitions:                     # nothing written: nothing to commit
+            return ProducedWrite(rows, task, query_id)
+        return ProducedWrite(rows, task, query_id, transactional_id=txn.transactional_id,
+                             producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)
 
     def _stage(self, iterator, batch_id, query_id, task, attempt) -> StagedWrite:
         directory = self._batch_dir(batch_id if batch_id is not None else "job")
@@ -405,16 +504,16 @@ class KStoreBatchWriter(_Writer, DataSourceArrowWriter):
         # like Delta Lake's txnAppId + txnVersion
         sink_id = self.opts.sink_id if self.opts.batch_id is not None else None
         if self.bootstrap:
-            if sink_id is not None:
-                self._record_committed(sink_id, self.opts.batch_id)
-            return                     # the tasks' rows are in the log already
+            self._commit_transactions(messages, sink_id, self.opts.batch_id)
+            return
         try:
             self._commit_staged(messages, sink_id, self.opts.batch_id)
         finally:
             self._cleanup(messages, None)
 
     def abort(self, messages):
-        # Through a broker, rows that finished tasks produced stay (as with Spark's Kafka sink).
+        if self.bootstrap:
+            self._abort_transactions(messages)
         self._cleanup(messages, None)
 
 
@@ -430,8 +529,7 @@ class KStoreStreamWriter(_Writer, DataSourceStreamArrowWriter):
     def commit(self, messages, batchId):
         sink_id = self._sink_id(messages)
         if self.bootstrap:
-            if sink_id is not None:
-                self._record_committed(sink_id, int(batchId))
+            self._commit_transactions(messages, sink_id, int(batchId))
             return
         try:
             self._commit_staged(messages, sink_id, int(batchId))
@@ -439,6 +537,8 @@ class KStoreStreamWriter(_Writer, DataSourceStreamArrowWriter):
             self._cleanup(messages, batchId)
 
     def abort(self, messages, batchId):
+        if self.bootstrap:
+            self._abort_transactions(messages)
         self._cleanup(messages, batchId)
 
 

@@ -314,8 +314,9 @@ def _flat(nested: dict | None) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 class KStoreBatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions):
+    def __init__(self, opts: SourceOptions, columns: list[str] | None = None):
         self.opts = opts
+        self.columns = columns        # column pruning (a user-specified schema); None: all
 
     def partitions(self):
         opts = self.opts
@@ -340,7 +341,7 @@ class KStoreBatchReader(DataSourceReader):
     def read(self, partition):
         if not isinstance(partition, KStoreRange):
             return iter(())        # Spark's stand-in when partitions() found nothing to read
-        return read_range(partition)
+        return project(read_range(partition), self.columns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,8 +353,9 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     streaming runner for the life of the query (latestOffset, partitions, commit); executors get a
     pickled copy only to call read()."""
 
-    def __init__(self, opts: SourceOptions):
+    def __init__(self, opts: SourceOptions, columns: list[str] | None = None):
         self.opts = opts
+        self.columns = columns        # column pruning (a user-specified schema); None: all
         self._backend = None
         self._target: dict | None = None      # AvailableNow: the offsets to stop at
         self._last_trigger_ms = 0             # minOffsetsPerTrigger: when the last batch ran
@@ -472,7 +474,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition):
-        return read_range(partition)
+        return project(read_range(partition), self.columns)
 
     def commit(self, end):
         """Spark calls this lazily (when planning the next batch) and repeatedly; like Spark's
@@ -488,17 +490,41 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # The data source
 # ---------------------------------------------------------------------------------------------
 
-def _fixed_schema(schema, include_headers: bool) -> None:
-    """Like Spark's Kafka source, refuse a user-specified schema that differs from the fixed one."""
-    if schema is None:
-        return
-    names = [f.name for f in getattr(schema, "fields", [])]
-    expected = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-    if include_headers:
-        expected.append("headers")
-    if names and names != expected:
-        raise KStoreOptionError(f"the kstore source has a fixed schema and cannot be set with a "
-                                f"custom one: expected columns {expected}, got {names}")
+# The fixed schema's columns and their types (DataType.simpleString()).
+COLUMN_TYPES = {"key": "binary", "value": "binary", "topic": "string", "partition": "int",
+                "offset": "bigint", "timestamp": "timestamp", "timestampType": "int",
+                "headers": "array<struct<key:string,value:binary>>"}
+
+
+def _pruned_columns(schema, include_headers: bool) -> list[str] | None:
+    """The columns a user-specified schema selects, or None for the whole fixed schema.
+
+    Column pruning: Spark does not tell a Python data source which columns a query uses (only
+    filters can be pushed down), so a query that needs few columns says so with a schema that
+    is a subset of the fixed one, e.g. `.schema("key binary, offset long")`, and only those
+    columns cross from the Python worker to the JVM. (Spark's Kafka source refuses any
+    user-specified schema; kstore accepts subsets, and refuses everything else as Spark does.)"""
+    fields = list(getattr(schema, "fields", None) or [])
+    if not fields:
+        return None
+    allowed = [c for c in COLUMN_TYPES if c != "headers" or include_headers]
+    names = [f.name for f in fields]
+    wrong = [f"{f.name} {f.dataType.simpleString()}" for f in fields
+             if f.name not in allowed or f.dataType.simpleString() != COLUMN_TYPES[f.name]]
+    if wrong or len(set(names)) != len(names):
+        fixed = ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in allowed)
+        raise KStoreOptionError(
+            f"the kstore source has a fixed schema ({fixed}); a user-specified schema may only "
+            f"select some of its columns, with their types (column pruning), but "
+            f"{', '.join(wrong) or 'a repeated column'} is not one of them")
+    return None if names == allowed else names
+
+
+def project(batches, columns: list[str] | None):
+    """Only the selected columns of each Arrow batch (column pruning), or the batches as they are."""
+    if columns is None:
+        return batches
+    return (b.select(columns) for b in batches)
 
 
 class KStoreDataSource(DataSource):
@@ -516,13 +542,11 @@ class KStoreDataSource(DataSource):
 
     def reader(self, schema):
         opts = parse_source_options(self.options, streaming=False)
-        _fixed_schema(schema, opts.include_headers)
-        return KStoreBatchReader(opts)
+        return KStoreBatchReader(opts, _pruned_columns(schema, opts.include_headers))
 
     def streamReader(self, schema):
         opts = parse_source_options(self.options, streaming=True)
-        _fixed_schema(schema, opts.include_headers)
-        return KStoreStreamReader(opts)
+        return KStoreStreamReader(opts, _pruned_columns(schema, opts.include_headers))
 
     def writer(self, schema, overwrite: bool):
         from .sink import KStoreBatchWriter

@@ -8,37 +8,42 @@ murmur2(key) mod partitions (computed once per distinct key of an Arrow batch, n
 keyless records stick to one partition until about batch.size (16 KiB) went there, then move to
 another at random (Kafka's BuiltInPartitioner).
 
-Producing (`TaskProducer`): each task is one idempotent producer. When the task starts it asks
-a broker for a producer id (InitProducerId, epoch 0); every batch it sends carries that id and
-a sequence number per partition (the partition's records counted from 0). It sends every batch to
+Producing (`TaskProducer`): each task is one transactional producer. When the task starts it
+asks the coordinator for its producer id and epoch (InitProducerId); every batch it sends carries
+them and a sequence number per partition (the partition's records counted from 0). It sends every batch to
 its partition's leader (`RemoteBroker` routes by Metadata and follows a moved leader), ONE batch
 per partition per Produce request — Kafka's brokers refuse a request carrying several batches for
 one partition — with acks=all, and waits for each answer before the next (max.in.flight = 1, so
 batches of a partition land in order).
 
-Delivery guarantee, precisely:
+Delivery guarantee, precisely (exactly once for read_committed readers, through transactions):
 
-* Within one task attempt, no duplicates from retries. When the answer to a Produce request is
-  lost (the connection drops after the leader appended), `RemoteBroker.produce` sends the same
-  bytes again — same producer id, epoch and sequence — and the leader recognises the batch as one
-  of the producer's last five (`ProducerStateManager`) and answers with the offsets it got the
-  first time instead of appending it again. The same holds when the leader moved meanwhile: the
-  new leader replicated the producer's state with the data.
-* A streaming micro-batch that was committed but is run again after a restart (the driver died
-  before Spark wrote the batch's `commits/` entry) is skipped: the driver records each committed
-  batch id in the query's checkpoint (`kstore-sink-commits.json`, `sink.KStoreStreamWriter`) and
-  every task of a batch id at or below it drops its rows (`sink._Writer._produce`). A batch write
-  gets the same with `kstore.sinkId` + `kstore.batchId`.
-* Not covered: a Spark task that fails after some of its batches were acknowledged (an executor
-  lost, a broker unreachable for longer than the request timeout), and a micro-batch whose tasks
-  wrote but which failed before its commit. Spark runs the task (or the batch, after a restart)
-  again; the new attempt is a new `TaskProducer` with a new producer id, whose sequences start
-  at 0 again, so the broker cannot tell its batches from new data and the rows acknowledged
-  before the failure are stored twice. Nothing is taken back either: rows of a failed job stay in
-  the log. So the sink is at least once, with duplicates only after task or job failures.
-  Exactly once there needs transactions (a transactional id per task, records invisible to
-  read_committed readers until the driver's commit) — not in kstore yet. Spark's own Kafka sink
-  is at least once too.
+* Each task attempt is a transactional producer (`kstore.transaction_manager`) whose
+  transactional id names the sink and the task: `kstore-spark-<query id or write id>-<task>`.
+  InitProducerId gives it the id's producer id and a new epoch, which fences every earlier
+  attempt of the same task: a retried or speculative attempt, or the same task of a batch that a
+  killed-and-restarted query runs again. The coordinator aborts the transaction such an attempt
+  left open, and the partitions refuse its late batches (INVALID_PRODUCER_EPOCH).
+* Before its first batch to a partition, the task adds the partition to its transaction
+  (AddPartitionsToTxn); every batch carries the producer id, epoch, a per-partition sequence and
+  the transactional bit. A batch re-sent after a lost answer is recognised by its sequence.
+* The task does NOT commit. It reports (transactional id, producer id, epoch) to the driver, and
+  the driver, once every task of the batch succeeded, ends each transaction with EndTxn(commit)
+  — the two phases of Spark's DataSourceWriter (`sink.KStoreStreamWriter.commit`). Until then a
+  read_committed reader sees none of the batch (the partitions' last stable offset stops at the
+  first open transaction); after it, all of it. A failed job's transactions are aborted.
+* The driver writes what it is about to commit into the query's checkpoint
+  (`kstore-sink-commits.json`: batch id, state "committing", the transactions) before the first
+  EndTxn, and "committed" after the last. A driver killed in between leaves "committing": the
+  restarted query finishes those EndTxns (an EndTxn that already succeeded succeeds again) before
+  it runs anything, and Spark's re-run of that batch id is skipped by every task. A transaction
+  the coordinator aborted meanwhile (its transaction.timeout.ms passed) cannot be committed any
+  more: the re-run batch writes again exactly those tasks (by task number; Spark re-runs a batch
+  with the same offsets, so each task gets the same rows) and skips the others.
+
+Readers with the default read_uncommitted (Spark's Kafka source, kstore's source unless
+kafka.isolation.level=read_committed) also see the rows of aborted attempts: exactly once holds
+for read_committed readers, as with Kafka's transactions. Spark's own Kafka sink is at least once.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import pyarrow.compute as pc
 
 from ..compression import Compression
 from ..errors import KStoreError
+from ..transaction_manager import TransactionManager
 from ..records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, increment_sequence
 from ..partitioner import BuiltInPartitioner, partition_for_key
 from .encode import BinaryColumn, encode_batches, no_producer
@@ -154,23 +160,30 @@ def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, t
     for topic, partition, idx in router.route(rb, keys, values):
         rows = None if headers is None else [headers[i] for i in idx.tolist()]
         stamp = no_producer if producer is None else producer.stamper(topic, partition)
+        transactional = producer is not None and producer.txn is not None
         for data, count in encode_batches(keys.take(idx), values.take(idx), timestamp,
-                                          compression, rows, stamp):
+                                          compression, rows, stamp, transactional):
             yield topic, partition, data, count
 
 
 class TaskProducer:
-    """One write task's idempotent producer: Produce requests to each partition's leader, one
-    batch each, every batch stamped with the producer id and the partition's next sequence."""
+    """One write task's producer: Produce requests to each partition's leader, one batch each,
+    every batch stamped with the producer id and the partition's next sequence. With a
+    transactional id, its batches belong to one transaction, which someone ends (`txn`)."""
 
     def __init__(self, bootstrap_servers: str, timeout_ms: int, client_id: str,
-                 idempotent: bool = True):
+                 idempotent: bool = True, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000):
         from ..remote_broker import RemoteBroker
         self.timeout_ms = timeout_ms
         self.client = RemoteBroker(bootstrap_servers, client_id=client_id,
                                    timeout_s=timeout_ms / 1000)
         self.producer_id, self.producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if idempotent:
+        self.txn = None
+        if transactional_id is not None:
+            self.txn = TransactionManager(self.client, transactional_id, transaction_timeout_ms)
+            self.producer_id, self.producer_epoch = self.txn.init()
+        elif idempotent:
             self.producer_id, self.producer_epoch = self.client.allocate_producer_id(), 0
         self.sequences: dict[tuple[str, int], int] = {}  # next sequence per partition
         self.sent: dict[tuple[str, int], int] = {}       # records acknowledged per partition
@@ -194,8 +207,13 @@ class TaskProducer:
         return stamp
 
     def send(self, topic: str, partition: int, batch: bytes, count: int) -> None:
+        tid = None
+        if self.txn is not None:
+            self.txn.add_partitions([(topic, partition)])    # once per partition
+            tid = self.txn.transactional_id
         # on a lost answer RemoteBroker sends these same bytes again, sequence included
-        self.client.produce(topic, partition, batch, acks=-1, timeout_ms=self.timeout_ms)
+        self.client.produce(topic, partition, batch, acks=-1, timeout_ms=self.timeout_ms,
+                            transactional_id=tid)
         self.sent[(topic, partition)] = self.sent.get((topic, partition), 0) + count
 
     def close(self) -> None:

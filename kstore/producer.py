@@ -28,7 +28,8 @@ from .compression import Compression
 from .errors import KStoreError
 from .log import to_bytes
 from .partitioner import BuiltInPartitioner
-from .records import RECORD_BATCH_OVERHEAD, build_batch, increment_sequence, record_size_in_bytes
+from . import records
+from .records import RECORD_BATCH_OVERHEAD, build_batch, increment_sequence
 from .broker import normalize_acks
 
 
@@ -91,6 +92,9 @@ class ProducerRecord(NamedTuple):
     headers: tuple
 
 
+_new_record = tuple.__new__
+
+
 @dataclass
 class _OpenBatch:
     topic: str
@@ -136,9 +140,10 @@ class Producer:
         now = self.clock.milliseconds()
         n = self._partition_count(topic, partition, now)
         p = self.partitioner.partition(topic, key_b, n, partition)
-        record = ProducerRecord(key_b, value_b, now if timestamp_ms is None else timestamp_ms,
-                                tuple(headers) if headers else ())
-        size = record_size_in_bytes(0, 0, key_b, value_b, record.headers)
+        # tuple.__new__ builds the named tuple without its Python-level __new__ (per record).
+        record = _new_record(ProducerRecord, (key_b, value_b, now if timestamp_ms is None else
+                                              timestamp_ms, tuple(headers) if headers else ()))
+        size = records.sized_record(key_b, value_b, record.headers)
         if size + RECORD_BATCH_OVERHEAD > self.max_request_size:
             raise KStoreError(f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, "
                               f"larger than max.request.size ({self.max_request_size})")

@@ -513,6 +513,17 @@ def e2e(tmp: Path) -> dict:
                                                      "fetch.error.backoff.ms=0, "
                                                      "queued.min.messages=1000000, check.crcs=false"}
         _print_e2e("confluent-kafka", out["confluent-kafka"])
+        # Is the client the bound? The same records from two producer processes at once, and
+        # from one process handing librdkafka 1000 records per call (produce_batch).
+        for key, procs, batched in (("confluent-kafka-2-producers", 2, False),
+                                    ("confluent-kafka-produce-batch", 1, True)):
+            x = ck_produce_parallel(server, n, procs, batched)
+            out[key] = {"records": x["records"], "produce": x,
+                        "producer_config": f"as confluent-kafka; {procs} producer process(es), "
+                                           f"{x['client_api']}"}
+            print(f"    {key:<30} produce {x['records']:>9,} records in {x['seconds']:6.2f} s = "
+                  f"{x['records_per_s']:>10,.0f} records/s; broker {x['broker_cores']:.2f} cores, "
+                  f"{x['broker_cpu_us_per_record']:.2f} us/record", flush=True)
     finally:
         server.stop()
     # The same produce run against a broker running the pure-Python codec (the goal table's
@@ -555,6 +566,80 @@ def ck_produce(server: Server, n: int, values: list[bytes]) -> dict:
     if producer.flush(600):
         raise RuntimeError("confluent-kafka could not deliver everything")
     return _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
+
+
+def ck_producer_process(port: int, n: int, topic: str, batched: bool) -> None:
+    """`bench_fetch.py --ck-producer PORT N TOPIC [batched]`: one confluent-kafka producer
+    process (as in ck_produce, values from the same seed) that connects, prints "ready", waits
+    for a line on stdin, produces n records (with produce(), or produce_batch() of 1000 when
+    batched), flushes and prints its own seconds."""
+    import confluent_kafka as ck
+    rng = random.Random(7)
+    values = [rng.randbytes(VALUE_SIZE) for _ in range(1000)]
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 10,
+                            "batch.size": 1_000_000, "enable.idempotence": True,
+                            "queue.buffering.max.messages": 2_000_000,
+                            "queue.buffering.max.kbytes": 1_048_576})
+    producer.produce(topic, value=values[0], partition=0)
+    producer.flush(30)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = now()
+    if batched:   # one call hands librdkafka 1000 records: the Python loop is not the bound
+        messages = [{"value": v} for v in values]
+        left = n
+        while left > 0:
+            chunk = messages if left >= len(messages) else messages[:left]
+            try:
+                left -= producer.produce_batch(topic, chunk, partition=0)
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+    else:
+        produce = producer.produce
+        for i in range(n):
+            try:
+                produce(topic, value=values[i % 1000], partition=0)
+            except BufferError:
+                producer.poll(0.01)
+                produce(topic, value=values[i % 1000], partition=0)
+            if i % 10000 == 0:
+                producer.poll(0)
+    if producer.flush(600):
+        raise RuntimeError("confluent-kafka could not deliver everything")
+    print(f"{now() - t0}", flush=True)
+
+
+def ck_produce_parallel(server: Server, n: int, processes: int, batched: bool = False) -> dict:
+    """`processes` confluent-kafka producer processes at once, n records in all, to partition 0
+    of one topic: whether the client (a Python loop calling produce) or the broker is the bound.
+    Records/s = n ÷ wall time from the common start to the last flush; the broker's CPU over it."""
+    topic = f"e2e-ck-x{processes}{'-batched' if batched else ''}"
+    procs = [subprocess.Popen([sys.executable, __file__, "--ck-producer", str(server.port),
+                               str(n // processes), topic, *(["batched"] if batched else [])],
+                              stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
+             for _ in range(processes)]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a confluent-kafka producer process did not start")
+        cpu0, t0 = server.cpu(), now()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            p.stdout.readline()
+            if p.wait(600) != 0:
+                raise RuntimeError("a confluent-kafka producer process failed")
+        row = _e2e_row(n // processes * processes, now() - t0, cpu0, server.cpu())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    row["producer_processes"] = processes
+    row["client_api"] = "produce_batch of 1000" if batched else "produce per record"
+    return row
 
 
 def _e2e_row(n: int, seconds: float, cpu0, cpu1) -> dict:
@@ -693,5 +778,7 @@ def _draw(axes, rows, ends) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "--plain-sendfile-server":
         plain_sendfile_server(sys.argv[2], int(sys.argv[sys.argv.index("--port") + 1]))
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "--ck-producer":
+        ck_producer_process(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], len(sys.argv) == 6)
     else:
         main()

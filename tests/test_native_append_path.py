@@ -9,33 +9,14 @@ error. The engine's dispatchers must still run a learner's function once it is p
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from test_native_codec import SETTINGS, C, outcome  # its module-level skip applies here too
 
 from kstore import native, records
 from kstore.errors import KStoreError
 from kstore.grading import live
-
-CI = os.environ.get("CI") == "true"
-EXAMPLES = int(os.environ.get("KSTORE_HYPOTHESIS_EXAMPLES", "60"))
-SETTINGS = settings(deadline=None, max_examples=EXAMPLES * 3, derandomize=CI,
-                    database=None if CI else settings.default.database,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-if native.codec is None:  # pragma: no cover - CI builds it (make test installs with pip -e)
-    if os.environ.get("KSTORE_PURE_PYTHON", "").strip() not in ("", "0"):
-        pytest.skip("KSTORE_PURE_PYTHON is set: the native codec is not loaded",
-                    allow_module_level=True)
-    MISSING = (f"the native codec is not built ({native.description}); add a C compiler and "
-               f"Python's headers, then: apt-get install gcc python3-dev && .venv/bin/pip install -e .")
-    if CI:
-        pytest.fail(MISSING, pytrace=False)
-    pytest.skip(MISSING, allow_module_level=True)
-
-C = native.codec
 
 payload = st.none() | st.binary(max_size=300) | st.binary(max_size=300).map(bytearray)
 header_key = st.text(max_size=10) | st.binary(max_size=10)
@@ -45,14 +26,6 @@ deltas = (st.integers(-(1 << 63), (1 << 63) - 1) | st.integers(-(1 << 70), 1 << 
 odd_value = st.sampled_from(["text", 12, memoryview(b"mv"), None, b"ok", bytearray(b"ba")])
 odd_header = st.sampled_from([(None, b"v"), ("\ud800", b"v"), ("k",), ("k", "str"), ["k", b"v"],
                               (b"k", bytearray(b"v")), ("ключ", None), (b"k", None)])
-
-
-def outcome(fn, *args):
-    """('ok', value) or ('error', exception type name, message)."""
-    try:
-        return ("ok", fn(*args))
-    except (KStoreError, ValueError, TypeError, UnicodeError) as e:
-        return ("error", type(e).__name__, str(e))
 
 
 @SETTINGS

@@ -637,6 +637,15 @@ def ck_produce_parallel(server: Server, n: int, processes: int, batched: bool = 
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    # A failed delivery only reaches a delivery callback: count what the partition holds.
+    import confluent_kafka as ck
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "check"})
+    try:
+        _, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=30)
+    finally:
+        consumer.close()
+    if high != processes + n // processes * processes:   # + one warm-up record per process
+        raise RuntimeError(f"{topic} holds {high} records, expected {processes + n}")
     row["producer_processes"] = processes
     row["client_api"] = "produce_batch of 1000" if batched else "produce per record"
     return row

@@ -136,7 +136,9 @@ class Producer:
              headers: list[tuple[str, bytes | None]] | None = None) -> FutureRecordMetadata:
         if self.closed:
             raise KStoreError("cannot send after the producer is closed")
-        key_b, value_b = to_bytes(key), to_bytes(value)
+        # bytes and None pass as they are (to_bytes would return them): no call per record.
+        key_b = key if key is None or type(key) is bytes else to_bytes(key)
+        value_b = value if value is None or type(value) is bytes else to_bytes(value)
         now = self.clock.milliseconds()
         n = self._partition_count(topic, partition, now)
         p = self.partitioner.partition(topic, key_b, n, partition)

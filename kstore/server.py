@@ -238,6 +238,8 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 buf = grown
             try:   # bytes already here are taken at once: no future, no timer (most requests)
                 k = conn.recv_into(memoryview(buf)[got:])
+                if first:   # a request that did not have to be waited for: let others in first
+                    await asyncio.sleep(0)
             except (BlockingIOError, InterruptedError):
                 try:
                     async with asyncio.timeout(self.idle_timeout_s):   # a timer, not a new task
@@ -271,7 +273,6 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 self.stats.requests += 1
                 if chunks is not None:
                     await self._send(conn, chunks)
-                await asyncio.sleep(0)   # requests read without waiting: let other connections in
         except (ConnectionError, OSError, asyncio.CancelledError):
             return
         finally:

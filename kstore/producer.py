@@ -140,7 +140,11 @@ class Producer:
         key_b = key if key is None or type(key) is bytes else to_bytes(key)
         value_b = value if value is None or type(value) is bytes else to_bytes(value)
         now = self.clock.milliseconds()
-        n = self._partition_count(topic, partition, now)
+        known = self._partition_counts.get(topic)   # (count, learned at): this producer's metadata
+        if known is None or now - known[1] >= self.metadata_max_age_ms or \
+                (partition is not None and partition >= known[0]):
+            known = self._refresh_partition_count(topic, now)
+        n = known[0]
         p = self.partitioner.partition(topic, key_b, n, partition)
         # tuple.__new__ builds the named tuple without its Python-level __new__ (per record).
         record = _new_record(ProducerRecord, (key_b, value_b, now if timestamp_ms is None else
@@ -169,15 +173,12 @@ class Producer:
             self._send_lingered(now)
         return future
 
-    def _partition_count(self, topic: str, explicit: int | None, now: int) -> int:
-        """The topic's partition count from this producer's metadata, refreshed when it is older
+    def _refresh_partition_count(self, topic: str, now: int) -> tuple[int, int]:
+        """Ask the broker for the topic's partition count: send() does when its metadata is older
         than metadata.max.age.ms or does not know the explicit partition asked for."""
-        known = self._partition_counts.get(topic)
-        if known is None or now - known[1] >= self.metadata_max_age_ms or \
-                (explicit is not None and explicit >= known[0]):
-            self.broker.ensure_topic(topic)
-            known = self._partition_counts[topic] = (self.broker.partition_count(topic), now)
-        return known[0]
+        self.broker.ensure_topic(topic)
+        known = self._partition_counts[topic] = (self.broker.partition_count(topic), now)
+        return known
 
     def poll(self) -> int:
         """Send every batch that has waited linger.ms; return how many were sent."""

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import os
 import random
 import resource
@@ -568,6 +569,9 @@ def ck_produce(server: Server, n: int, values: list[bytes]) -> dict:
     return _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
 
 
+_RUNS = itertools.count()
+
+
 def ck_producer_process(port: int, n: int, topic: str, batched: bool) -> None:
     """`bench_fetch.py --ck-producer PORT N TOPIC [batched]`: one confluent-kafka producer
     process (as in ck_produce, values from the same seed) that connects, prints "ready", waits
@@ -614,7 +618,7 @@ def ck_produce_parallel(server: Server, n: int, processes: int, batched: bool = 
     """`processes` confluent-kafka producer processes at once, n records in all, to partition 0
     of one topic: whether the client (a Python loop calling produce) or the broker is the bound.
     Records/s = n ÷ wall time from the common start to the last flush; the broker's CPU over it."""
-    topic = f"e2e-ck-x{processes}{'-batched' if batched else ''}"
+    topic = f"e2e-ck-x{processes}{'-batched' if batched else ''}-{next(_RUNS)}"   # a fresh topic
     procs = [subprocess.Popen([sys.executable, __file__, "--ck-producer", str(server.port),
                                str(n // processes), topic, *(["batched"] if batched else [])],
                               stdin=subprocess.PIPE,
@@ -645,7 +649,8 @@ def ck_produce_parallel(server: Server, n: int, processes: int, batched: bool = 
     finally:
         consumer.close()
     if high != processes + n // processes * processes:   # + one warm-up record per process
-        raise RuntimeError(f"{topic} holds {high} records, expected {processes + n}")
+        raise RuntimeError(f"{topic} holds {high} records, expected "
+                           f"{processes + n // processes * processes}")
     row["producer_processes"] = processes
     row["client_api"] = "produce_batch of 1000" if batched else "produce per record"
     return row

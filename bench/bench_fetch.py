@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import os
 import random
 import resource
@@ -235,19 +236,22 @@ def recv_into_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
         got += k
 
 
+_LENGTH = struct.Struct(">i")
+
+
 def next_offset(buf, start: int, end: int) -> int:
-    """The offset after the last complete batch in buf[start:end] (−1: none complete)."""
-    pos, nxt = start, -1
-    unpack = struct.unpack_from
+    """The offset after the last complete batch in buf[start:end] (−1: none complete). Only the
+    lengths are read on the way; base offset and last offset delta of the last batch alone."""
+    pos, last = start, -1
+    length_at = _LENGTH.unpack_from
     while end - pos >= 61:
-        (length,) = unpack(">i", buf, pos + 8)
-        if pos + 12 + length > end:
+        size = 12 + length_at(buf, pos + 8)[0]
+        if pos + size > end:
             break
-        (base,) = unpack(">q", buf, pos)
-        (delta,) = unpack(">i", buf, pos + 23)
-        nxt = base + delta + 1
-        pos += 12 + length
-    return nxt
+        last, pos = pos, pos + size
+    if last < 0:
+        return -1
+    return struct.unpack_from(">q", buf, last)[0] + struct.unpack_from(">i", buf, last + 23)[0] + 1
 
 
 class KstoreClient:
@@ -259,17 +263,26 @@ class KstoreClient:
         self.buf = bytearray(max(FETCH_SIZES) + 64 * KiB)
         self.view = memoryview(self.buf)
         self.hw, self.cid = hw, 0
+        self._request = None   # (fetch size, framed request, position of its fetch offset)
         self.head = 4 + 4 + 2 + 4 + 4 + 2 + len(TOPIC) + 4 + 4   # correlation id .. partition index
         self.records_at = self.head + 2 + 8 + 8 + 8 + 4 + 4 + 4   # error .. records length
 
     def fetch(self, offset: int, size: int) -> tuple[int, int]:
-        """One Fetch round trip: (where the records start in self.buf, their length)."""
+        """One Fetch round trip: (where the records start in self.buf, their length). The request
+        is encoded once per fetch size with kstore.protocol; each fetch patches its correlation id
+        and fetch offset in place (a client's cost per request is not what is measured)."""
         self.cid += 1
-        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": size,
-                "topics": [{"topic": TOPIC, "partitions": [
-                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": size}]}]}
-        req = P.encode_request(P.API_KEYS["Fetch"], 11, self.cid, "bench", body)
-        self.sock.sendall(struct.pack(">i", len(req)) + req)
+        if self._request is None or self._request[0] != size:
+            body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": size,
+                    "topics": [{"topic": TOPIC, "partitions": [
+                        {"partition": 0, "fetch_offset": -7777, "partition_max_bytes": size}]}]}
+            req = P.encode_request(P.API_KEYS["Fetch"], 11, 0, "bench", body)
+            framed = bytearray(struct.pack(">i", len(req)) + req)
+            self._request = (size, framed, framed.index(struct.pack(">q", -7777)))
+        _, framed, at = self._request
+        struct.pack_into(">i", framed, 8, self.cid)          # size, api key, version, cid
+        struct.pack_into(">q", framed, at, offset)
+        self.sock.sendall(framed)
         recv_into_exactly(self.sock, self.view, 4)
         (frame,) = struct.unpack_from(">i", self.buf, 0)
         recv_into_exactly(self.sock, self.view, frame)
@@ -501,6 +514,17 @@ def e2e(tmp: Path) -> dict:
                                                      "fetch.error.backoff.ms=0, "
                                                      "queued.min.messages=1000000, check.crcs=false"}
         _print_e2e("confluent-kafka", out["confluent-kafka"])
+        # Is the client the bound? The same records from two producer processes at once, and
+        # from one process handing librdkafka 1000 records per call (produce_batch).
+        for key, procs, batched in (("confluent-kafka-2-producers", 2, False),
+                                    ("confluent-kafka-produce-batch", 1, True)):
+            x = ck_produce_parallel(server, n, procs, batched)
+            out[key] = {"records": x["records"], "produce": x,
+                        "producer_config": f"as confluent-kafka; {procs} producer process(es), "
+                                           f"{x['client_api']}"}
+            print(f"    {key:<30} produce {x['records']:>9,} records in {x['seconds']:6.2f} s = "
+                  f"{x['records_per_s']:>10,.0f} records/s; broker {x['broker_cores']:.2f} cores, "
+                  f"{x['broker_cpu_us_per_record']:.2f} us/record", flush=True)
     finally:
         server.stop()
     # The same produce run against a broker running the pure-Python codec (the goal table's
@@ -543,6 +567,93 @@ def ck_produce(server: Server, n: int, values: list[bytes]) -> dict:
     if producer.flush(600):
         raise RuntimeError("confluent-kafka could not deliver everything")
     return _e2e_row(n - 1, now() - t0, cpu0, server.cpu())
+
+
+_RUNS = itertools.count()
+
+
+def ck_producer_process(port: int, n: int, topic: str, batched: bool) -> None:
+    """`bench_fetch.py --ck-producer PORT N TOPIC [batched]`: one confluent-kafka producer
+    process (as in ck_produce, values from the same seed) that connects, prints "ready", waits
+    for a line on stdin, produces n records (with produce(), or produce_batch() of 1000 when
+    batched), flushes and prints its own seconds."""
+    import confluent_kafka as ck
+    rng = random.Random(7)
+    values = [rng.randbytes(VALUE_SIZE) for _ in range(1000)]
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 10,
+                            "batch.size": 1_000_000, "enable.idempotence": True,
+                            "queue.buffering.max.messages": 2_000_000,
+                            "queue.buffering.max.kbytes": 1_048_576})
+    producer.produce(topic, value=values[0], partition=0)
+    producer.flush(30)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = now()
+    if batched:   # one call hands librdkafka 1000 records: the Python loop is not the bound
+        messages = [{"value": v} for v in values]
+        left = n
+        while left > 0:
+            chunk = messages if left >= len(messages) else messages[:left]
+            try:
+                left -= producer.produce_batch(topic, chunk, partition=0)
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+    else:
+        produce = producer.produce
+        for i in range(n):
+            try:
+                produce(topic, value=values[i % 1000], partition=0)
+            except BufferError:
+                producer.poll(0.01)
+                produce(topic, value=values[i % 1000], partition=0)
+            if i % 10000 == 0:
+                producer.poll(0)
+    if producer.flush(600):
+        raise RuntimeError("confluent-kafka could not deliver everything")
+    print(f"{now() - t0}", flush=True)
+
+
+def ck_produce_parallel(server: Server, n: int, processes: int, batched: bool = False) -> dict:
+    """`processes` confluent-kafka producer processes at once, n records in all, to partition 0
+    of one topic: whether the client (a Python loop calling produce) or the broker is the bound.
+    Records/s = n ÷ wall time from the common start to the last flush; the broker's CPU over it."""
+    topic = f"e2e-ck-x{processes}{'-batched' if batched else ''}-{next(_RUNS)}"   # a fresh topic
+    procs = [subprocess.Popen([sys.executable, __file__, "--ck-producer", str(server.port),
+                               str(n // processes), topic, *(["batched"] if batched else [])],
+                              stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
+             for _ in range(processes)]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a confluent-kafka producer process did not start")
+        cpu0, t0 = server.cpu(), now()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            p.stdout.readline()
+            if p.wait(600) != 0:
+                raise RuntimeError("a confluent-kafka producer process failed")
+        row = _e2e_row(n // processes * processes, now() - t0, cpu0, server.cpu())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    # A failed delivery only reaches a delivery callback: count what the partition holds.
+    import confluent_kafka as ck
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "check"})
+    try:
+        _, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=30)
+    finally:
+        consumer.close()
+    if high != processes + n // processes * processes:   # + one warm-up record per process
+        raise RuntimeError(f"{topic} holds {high} records, expected "
+                           f"{processes + n // processes * processes}")
+    row["producer_processes"] = processes
+    row["client_api"] = "produce_batch of 1000" if batched else "produce per record"
+    return row
 
 
 def _e2e_row(n: int, seconds: float, cpu0, cpu1) -> dict:
@@ -681,5 +792,7 @@ def _draw(axes, rows, ends) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "--plain-sendfile-server":
         plain_sendfile_server(sys.argv[2], int(sys.argv[sys.argv.index("--port") + 1]))
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "--ck-producer":
+        ck_producer_process(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], len(sys.argv) == 6)
     else:
         main()

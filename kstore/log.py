@@ -481,7 +481,13 @@ class Log:
         if rebuilt:
             buf = b"".join(rebuilt.get(b.position) or b.buffer for b in batches)
             return buf, MemoryRecords(buf).batches()
-        return buf, [RecordBatch(b.buffer, b.position) for b in batches]  # re-read patched headers
+        if log_append_time:   # re-read the patched headers
+            return buf, [RecordBatch(b.buffer, b.position) for b in batches]
+        offset = self._next_offset   # only the two fields patched above changed: set them
+        for batch in batches:
+            batch.base_offset, batch.partition_leader_epoch = offset, leader_epoch
+            offset += batch.last_offset_delta + 1
+        return buf, batches
 
     def _append_info(self, batches: list[RecordBatch], now: int) -> LogAppendInfo:
         max_ts, offset_of_max = NO_TIMESTAMP, batches[0].last_offset

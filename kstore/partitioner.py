@@ -64,7 +64,7 @@ class BuiltInPartitioner:
     def __init__(self, batch_size: int = 16384, rng: random.Random | None = None):
         self.batch_size = batch_size
         self.rng = rng or random.Random()
-        self._sticky: dict[str, tuple[int, int]] = {}   # topic -> (partition, bytes produced)
+        self._sticky: dict[str, list[int]] = {}   # topic -> [partition, bytes produced]
 
     def partition(self, topic: str, key: bytes | None, num_partitions: int,
                   explicit: int | None = None) -> int:
@@ -75,20 +75,19 @@ class BuiltInPartitioner:
             return explicit
         if key is not None:
             return partition_for_key(key, num_partitions)
-        partition, _ = self._sticky.get(topic, (None, 0))
-        if partition is None or partition >= num_partitions:
-            partition = self.rng.randrange(num_partitions)
-            self._sticky[topic] = (partition, 0)
-        return partition
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky[0] >= num_partitions:
+            sticky = self._sticky[topic] = [self.rng.randrange(num_partitions), 0]
+        return sticky[0]
 
     def record_appended(self, topic: str, partition: int, size: int, num_partitions: int) -> None:
         """After a keyless record joins a batch: switch partitions once batch.size bytes went here."""
-        current, produced = self._sticky.get(topic, (partition, 0))
-        if current != partition:
+        sticky = self._sticky.get(topic)   # [partition, bytes produced to it], updated in place
+        if sticky is None:
+            sticky = self._sticky[topic] = [partition, 0]
+        elif sticky[0] != partition:
             return
-        produced += size
-        if produced >= self.batch_size and num_partitions > 1:
+        sticky[1] += size
+        if sticky[1] >= self.batch_size and num_partitions > 1:
             nxt = self.rng.randrange(num_partitions - 1)
-            self._sticky[topic] = (nxt if nxt < current else nxt + 1, 0)
-        else:
-            self._sticky[topic] = (current, produced)
+            sticky[0], sticky[1] = (nxt if nxt < partition else nxt + 1), 0

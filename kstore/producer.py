@@ -28,7 +28,8 @@ from .compression import Compression
 from .errors import KStoreError
 from .log import to_bytes
 from .partitioner import BuiltInPartitioner
-from .records import RECORD_BATCH_OVERHEAD, build_batch, increment_sequence, record_size_in_bytes
+from . import records
+from .records import RECORD_BATCH_OVERHEAD, build_batch, increment_sequence
 from .broker import normalize_acks
 
 
@@ -91,6 +92,9 @@ class ProducerRecord(NamedTuple):
     headers: tuple
 
 
+_new_record = tuple.__new__
+
+
 @dataclass
 class _OpenBatch:
     topic: str
@@ -132,13 +136,20 @@ class Producer:
              headers: list[tuple[str, bytes | None]] | None = None) -> FutureRecordMetadata:
         if self.closed:
             raise KStoreError("cannot send after the producer is closed")
-        key_b, value_b = to_bytes(key), to_bytes(value)
+        # bytes and None pass as they are (to_bytes would return them): no call per record.
+        key_b = key if key is None or type(key) is bytes else to_bytes(key)
+        value_b = value if value is None or type(value) is bytes else to_bytes(value)
         now = self.clock.milliseconds()
-        n = self._partition_count(topic, partition, now)
+        known = self._partition_counts.get(topic)   # (count, learned at): this producer's metadata
+        if known is None or now - known[1] >= self.metadata_max_age_ms or \
+                (partition is not None and partition >= known[0]):
+            known = self._refresh_partition_count(topic, now)
+        n = known[0]
         p = self.partitioner.partition(topic, key_b, n, partition)
-        record = ProducerRecord(key_b, value_b, now if timestamp_ms is None else timestamp_ms,
-                                tuple(headers) if headers else ())
-        size = record_size_in_bytes(0, 0, key_b, value_b, record.headers)
+        # tuple.__new__ builds the named tuple without its Python-level __new__ (per record).
+        record = _new_record(ProducerRecord, (key_b, value_b, now if timestamp_ms is None else
+                                              timestamp_ms, tuple(headers) if headers else ()))
+        size = records.sized_record(key_b, value_b, record.headers)
         if size + RECORD_BATCH_OVERHEAD > self.max_request_size:
             raise KStoreError(f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, "
                               f"larger than max.request.size ({self.max_request_size})")
@@ -162,15 +173,12 @@ class Producer:
             self._send_lingered(now)
         return future
 
-    def _partition_count(self, topic: str, explicit: int | None, now: int) -> int:
-        """The topic's partition count from this producer's metadata, refreshed when it is older
+    def _refresh_partition_count(self, topic: str, now: int) -> tuple[int, int]:
+        """Ask the broker for the topic's partition count: send() does when its metadata is older
         than metadata.max.age.ms or does not know the explicit partition asked for."""
-        known = self._partition_counts.get(topic)
-        if known is None or now - known[1] >= self.metadata_max_age_ms or \
-                (explicit is not None and explicit >= known[0]):
-            self.broker.ensure_topic(topic)
-            known = self._partition_counts[topic] = (self.broker.partition_count(topic), now)
-        return known[0]
+        self.broker.ensure_topic(topic)
+        known = self._partition_counts[topic] = (self.broker.partition_count(topic), now)
+        return known
 
     def poll(self) -> int:
         """Send every batch that has waited linger.ms; return how many were sent."""

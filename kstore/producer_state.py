@@ -110,9 +110,8 @@ class ProducerEntry:
     def with_batch(self, epoch: int, batch: BatchMetadata) -> "ProducerEntry":
         """The entry after a data batch: a new epoch forgets the old epoch's batches."""
         kept = self.batches if epoch == self.producer_epoch else ()
-        return replace(self, producer_epoch=epoch,
-                       batches=(kept + (batch,))[-NUM_BATCHES_TO_RETAIN:],
-                       last_timestamp=batch.timestamp)
+        return ProducerEntry(self.producer_id, epoch, (kept + (batch,))[-NUM_BATCHES_TO_RETAIN:],
+                             batch.timestamp, self.coordinator_epoch)   # (once per batch appended)
 
 
 @dataclass(frozen=True)

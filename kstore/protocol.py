@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 __all__ = [
@@ -172,11 +172,11 @@ class Field:
     def nullable_in(self, version: int) -> bool:
         return self.nullable is not None and self.nullable[0] <= version <= self.nullable[1]
 
-    @property
+    @cached_property   # these two are read per field of every message coded: computed once
     def is_array(self) -> bool:
         return self.type.startswith("[]")
 
-    @property
+    @cached_property
     def element_type(self) -> str | None:
         """For an array of primitives, the element type; None for structs and non-arrays."""
         return self.type[2:] if self.is_array and not self.fields else None

@@ -87,8 +87,9 @@ class TimestampAndOffset(NamedTuple):
     leader_epoch: int | None
 
 
-@dataclass(frozen=True)
-class RollParams:
+class RollParams(NamedTuple):
+    """What the next append brings, for `should_roll` (Kafka's RollParams). A named tuple: one
+    is made per append."""
     max_segment_ms: int
     max_segment_bytes: int
     max_timestamp_in_messages: int

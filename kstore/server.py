@@ -97,6 +97,7 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._data_waiters: set[asyncio.Event] = set()
+        self._handler_table: dict | None = None
         self._unsubscribe = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -238,11 +239,16 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 grown = bytearray(min(n, 2 * len(buf)))
                 grown[:got] = buf
                 buf = grown
-            try:
-                k = await asyncio.wait_for(loop.sock_recv_into(conn, memoryview(buf)[got:]),
-                                           self.idle_timeout_s)
-            except asyncio.TimeoutError:
-                return None    # idle, or stalled in the middle of a frame: close
+            try:   # bytes already here are taken at once: no future, no timer (most requests)
+                k = conn.recv_into(memoryview(buf)[got:])
+                if first:   # a request that did not have to be waited for: let others in first
+                    await asyncio.sleep(0)
+            except (BlockingIOError, InterruptedError):
+                try:
+                    async with asyncio.timeout(self.idle_timeout_s):   # a timer, not a new task
+                        k = await loop.sock_recv_into(conn, memoryview(buf)[got:])
+                except TimeoutError:
+                    return None    # idle, or stalled in the middle of a frame: close
             if not k:
                 return None
             got += k
@@ -379,7 +385,9 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
             # No body of that API/version can be built: the correlation id and the error code.
             return [struct.pack(">ih", header.correlation_id, E["UNSUPPORTED_VERSION"])]
         body = P.decode_request(key, version, frame, header.size)
-        handler = self._handlers()[key]
+        if self._handler_table is None:   # built once: not a dict of bound methods per request
+            self._handler_table = self._handlers()
+        handler = self._handler_table[key]
         response = await handler(version, body, header)
         if response is None:
             return None

@@ -55,3 +55,17 @@ def test_readme_course_map_matches_the_files():
         assert "planned" not in row.lower(), f"chapter {path.name[:2]} exists but is marked planned"
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert all(cells[1:3]), "each row has a title and a one-line summary"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_chapters_run_kstore_commands_under_a_progress_bar(path):
+    """A `kstore` command run from a chapter goes through `run_kstore`, which shows a bar when the
+    subprocess takes a while (a loaded machine can take seconds to start Python); only the
+    long-running `kstore serve` is started with Popen (its start-up wait has a `working` bar)."""
+    code = text_of(nbformat.read(path, as_version=4), "code")
+    direct = re.findall(r'"-m",\s*"kstore",\s*"([a-z-]+)"', code)
+    assert all(cmd == "serve" for cmd in direct), \
+        f"{path.name} runs kstore {sorted(set(direct) - {'serve'})} without run_kstore"
+    if "spark_session(" in code:
+        assert re.search(r"with working\(.*\):\s*\n\s+spark = spark_session\(", code), \
+            "Spark's start (the JVM, 10-20 s) runs under a working bar"

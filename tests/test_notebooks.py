@@ -72,6 +72,23 @@ PROGRESS_BARS = {
 }
 
 
+# The blogs' worked examples, reproduced live: text the executed chapter must print (the engine
+# computes these numbers when the cell runs; tests/test_blog_boxes.py checks the prose names them).
+LIVE_NUMBERS = {
+    "04-finding-a-message.ipynb": [
+        "['00000000000000000000.log', '00000000000000000010.log', '00000000000000000020.log']",
+        "lookup(15) = (14, 340)",                                       # seed 001: entry 14 at 340
+        "00000000000000170410.log relative entries: [[2, 238], [4, 476]",   # seed 000: [4, 476]
+    ],
+    "10-leader-epochs.ipynb": ["0\n3\n0 50\n1 89\n2 100\n"],          # seed 003's checkpoint
+}
+
+
+def printed(nb) -> str:
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
 def finished_bars(nb) -> list[str]:
     """The label of every progress bar that finished, from the widget state nbclient saved."""
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
@@ -114,6 +131,9 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
               for o in c.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
     assert not stderr, f"{path.name} writes to stderr (cell, text): {stderr}"
     # The run time is recorded above, not asserted: timing belongs in bench/, not in tests.
+
+    for text in LIVE_NUMBERS.get(path.name, []):
+        assert text in printed(nb), f"{path.name} no longer prints the worked example {text!r}"
 
     bars = finished_bars(nb)
     for text in PROGRESS_BARS.get(path.name, []):

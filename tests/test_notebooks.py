@@ -84,6 +84,11 @@ LIVE_NUMBERS = {
 }
 
 
+# Chapters whose numbers a learner would rather see as a picture: how many plots (PNG outputs)
+# the executed chapter must show at least (13: rows and rows/s per micro-batch, both runs).
+PLOTS = {"13-spark-pipeline.ipynb": 2}
+
+
 def printed(nb) -> str:
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []) if o.get("output_type") == "stream")
@@ -134,6 +139,10 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
 
     for text in LIVE_NUMBERS.get(path.name, []):
         assert text in printed(nb), f"{path.name} no longer prints the worked example {text!r}"
+
+    pngs = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []))
+    assert pngs >= PLOTS.get(path.name, 0), f"{path.name} shows {pngs} plot(s)"
 
     bars = finished_bars(nb)
     for text in PROGRESS_BARS.get(path.name, []):

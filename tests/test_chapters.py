@@ -67,7 +67,7 @@ def test_chapters_run_kstore_commands_under_a_progress_bar(path):
     assert all(cmd == "serve" for cmd in direct), \
         f"{path.name} runs kstore {sorted(set(direct) - {'serve'})} without run_kstore"
     if "spark_session(" in code:
-        assert re.search(r"with working\(.*\):\s*\n\s+spark = spark_session\(", code), \
+        assert re.search(r"with working\([\s\S]*?\):\s*\n\s+spark = spark_session\(", code), \
             "Spark's start (the JVM, 10-20 s) runs under a working bar"
 
 

@@ -11,6 +11,7 @@ view shows must still be that one, and its timeline's bound frame must carry tha
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -125,7 +126,11 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     start = time.perf_counter()
-    client.execute()
+    # As under JupyterLab, the kernel forwards whatever reaches its descriptors 1 and 2 (a JVM's
+    # or a subprocess's output) into the cell; ipykernel turns that off when it sees pytest's
+    # variable, so the kernel is started without it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    client.execute(env=env)
     elapsed = time.perf_counter() - start
     sys.__stderr__.write(f"\n[notebook] {path.name}: {elapsed:.1f} s\n")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])

@@ -157,3 +157,19 @@ def test_run_kstore_runs_the_real_command_under_a_bar(tmp_path):
         run_kstore("dump-log", str(tmp_path / "missing.log"))
     assert run_kstore.last.model.render_text().startswith("kstore dump-log · failed after ")
     assert run_kstore("dump-log", str(tmp_path / "missing.log"), check=False).returncode == 1
+
+
+def test_stderr_to_sends_a_started_process_stderr_to_a_file_and_restores_it(tmp_path):
+    """What chapter 13 does around Spark's start: the JVM keeps the descriptor it was started
+    with, so its notices land in the file, not in the notebook; afterwards descriptor 2 is back."""
+    from kstore.course import stderr_to
+
+    before = os.fstat(2)
+    log = tmp_path / "driver.log"
+    with stderr_to(log):
+        child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.3); "
+                                  "sys.stderr.write('Setting default log level to WARN\\n')"])
+    assert child.wait(30) == 0                  # it wrote after the block: still to the file
+    assert log.read_text() == "Setting default log level to WARN\n"
+    after = os.fstat(2)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)

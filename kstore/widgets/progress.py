@@ -346,7 +346,7 @@ def run_kstore(*args: str, check: bool = True, description: str | None = None,
     same kstore), as a learner would in a terminal, under a `working` bar; returns the finished
     process with its stdout and stderr as text. With `check`, a failing command raises
     `subprocess.CalledProcessError` whose message includes the command's own error line."""
-    label = description or "kstore " + " ".join(a for a in args[:1])
+    label = description or f"kstore {args[0] if args else ''}".strip()
     with Working(label, show_after=show_after) as w:
         run_kstore.last = w          # the bar (tests read its model)
         done = subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True,
@@ -357,6 +357,9 @@ def run_kstore(*args: str, check: bool = True, description: str | None = None,
 
 
 class KstoreCommandFailed(subprocess.CalledProcessError):
+    """A `kstore` command that exited non-zero, told in one line: the command and its last
+    stderr line (the tool's own message), not only the exit status."""
+
     def __str__(self) -> str:
         why = (self.stderr or "").strip().splitlines()
         return (f"kstore {' '.join(map(str, self.cmd[3:]))} exited with status {self.returncode}"

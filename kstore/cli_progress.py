@@ -3,8 +3,11 @@
 `kstore produce` reading 200,000 lines from a pipe runs for seconds; a person at a terminal wants to
 see it moving, while a script reading stdout/stderr wants neither carriage returns nor noise. So the
 line is written only when the stream `isatty()`, redrawn in place (`\\r`) at most every
-`min_interval` seconds, and finished with a newline. (Kafka's console tools print no progress;
-this is kstore's addition, invisible to scripts.)
+`min_interval` seconds, and finished with a newline. A command whose own output is records
+(`kstore consume`) passes that stream as `beside`: when it is the same terminal the records
+scrolling by are the progress, and a line redrawn among them would only break them up, so the
+line is drawn only when they go to a file or a pipe (`kstore consume ... > out.txt`). (Kafka's
+console tools print no progress; this is kstore's addition, invisible to scripts.)
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ class ProgressLine:
     """`with ProgressLine("produce", "records") as p: ... p.update(1)`."""
 
     def __init__(self, what: str, unit: str, stream: TextIO | None = None,
-                 min_interval: float = 0.25, clock: Callable[[], float] = time.monotonic):
+                 min_interval: float = 0.25, clock: Callable[[], float] = time.monotonic,
+                 beside: TextIO | None = None):
         self.what, self.unit = what, unit
         self.stream = sys.stderr if stream is None else stream
-        self.enabled = _is_tty(self.stream)
+        self.enabled = _is_tty(self.stream) and not (beside is not None and _is_tty(beside))
         self.min_interval = min_interval
         self.clock = clock
         self.done = 0

@@ -6,14 +6,18 @@
   exits (or with `.cleanup()`), so chapters leave nothing behind;
 * `hexdump(data)` prints bytes the way the reference tables show them;
 * `micro_batch_table(query.recentProgress)` and `plot_micro_batches(table)` show a Spark
-  streaming query's micro-batches as a table and as bars (rows read, rows per second).
+  streaming query's micro-batches as a table and as bars (rows read, rows per second);
+* `stderr_to(path)` sends what processes started meanwhile (Spark's JVM) write to stderr to a file.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import inspect
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -52,6 +56,24 @@ def workdir(name: str = "kstore") -> WorkDir:
     path = WorkDir(tempfile.mkdtemp(prefix=f"{name}-"))
     atexit.register(path.cleanup)
     return path
+
+
+@contextlib.contextmanager
+def stderr_to(path):
+    """Point this process's file descriptor 2 at the file `path` (appended to) while the block
+    runs. A process started meanwhile keeps it as its stderr: Spark's JVM, started by the first
+    `spark_session()`, writes its start-up notices and later log lines there instead of into
+    the notebook (JupyterLab's kernel forwards whatever reaches descriptor 2 to the cell that is
+    running). Python's own `sys.stderr` (warnings, tracebacks) still reaches the notebook."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield Path(path)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def hexdump(data: bytes, width: int = 16, start: int = 0) -> str:

@@ -386,6 +386,7 @@ class LazyIndex:
         self._index: AbstractIndex | None = None
         self._pending_size: int | None = None
         self._fresh = False   # created here: preallocated but without entries
+        self._closed = False  # after close() it is opened again only to be read (a view may)
         if writable and not os.path.exists(self.path):
             if max_index_size < index_class.entry_size:
                 raise ValueError(f"max index size {max_index_size} is smaller than one entry "
@@ -402,7 +403,10 @@ class LazyIndex:
 
     def get(self) -> AbstractIndex:
         if self._index is None:
-            index = self._class(self.path, self.base_offset, self.max_index_size, self.writable)
+            # Read-only once closed: a view drawing a closed log — perhaps already deleted with
+            # its directory — must never create a fresh preallocated file where one was.
+            index = self._class(self.path, self.base_offset, self.max_index_size,
+                                self.writable and not self._closed)
             if self._fresh:
                 index.truncate()   # a preallocated file of zeros holds no entries yet
                 self._fresh = False
@@ -413,7 +417,7 @@ class LazyIndex:
         return self._index
 
     _OWN = frozenset({"_class", "path", "base_offset", "max_index_size", "writable", "_index",
-                      "_pending_size", "_fresh"})
+                      "_pending_size", "_fresh", "_closed"})
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in self._OWN:
@@ -453,6 +457,7 @@ class LazyIndex:
             self._index.flush()
 
     def close(self) -> None:
+        self._closed = True
         if self._index is not None:
             self._index.close()
             self._index = None

@@ -231,6 +231,13 @@ class LogManager:
         for name in list(self._tasks):
             self.stop_task(name)
 
+    def _stop_scheduler(self) -> None:
+        """Stop the background tasks and wait for the scheduler's thread, without holding the
+        manager's lock: a task running now (a retention pass) takes that lock, and joining its
+        thread while holding it would wait forever."""
+        self.stop_background_tasks()
+        self.scheduler.shutdown()
+
     def flush_all(self) -> None:
         for log in self._writable_logs().values():
             log.flush()
@@ -240,9 +247,8 @@ class LogManager:
         """What a killed broker leaves behind: no flush, no checkpoints, no clean-shutdown marker.
         With `lose_unflushed`, also what a power loss leaves: every segment is cut back to what was
         fsynced (its recovery point), the page cache being gone."""
+        self._stop_scheduler()
         with self._lock:
-            self.stop_background_tasks()
-            self.scheduler.shutdown()
             for log in self._logs.values():
                 if lose_unflushed and not log.read_only:
                     log.lose_unflushed_data()
@@ -254,9 +260,8 @@ class LogManager:
             for log in self._logs.values():
                 log.close()   # read-only logs only drop their file handles
             return
+        self._stop_scheduler()
         with self._lock:
-            self.stop_background_tasks()
-            self.scheduler.shutdown()
             for log in self._logs.values():
                 log.close(flush=True)
             self.checkpoint_recovery_points()

@@ -307,10 +307,14 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int | None = None) -> str | None:
         """Write the state as `<offset>.snapshot` (default: the map end offset) unless that file
-        exists (takeSnapshot); returns the path written."""
+        exists (takeSnapshot); returns the path written. Kafka writes one only when the map end
+        offset is past the last snapshot's, so an empty log (offset 0) gets none: a broker's 50
+        empty `__consumer_offsets` partitions are closed without 50 files and 100 fsyncs."""
         if self.dir is None or not os.path.isdir(self.dir):
             return None
         offset = self.map_end_offset if offset is None else offset
+        if offset == 0:
+            return None
         path = producer_snapshot.snapshot_path(self.dir, offset)
         if os.path.exists(path):
             return None

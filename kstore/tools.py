@@ -181,6 +181,8 @@ def consume(args, out: TextIO) -> int:
         elif args.from_beginning and args.group is None:
             consumer.seek_to_beginning(tps)
         printed = 0
+        # stderr, only on a terminal, and only when the records go elsewhere (a file, a pipe)
+        progress = ProgressLine(f"consume from {args.topic}", "records", beside=out)
         live = isinstance(broker, RemoteBroker)   # a running broker: wait for new records
         last_record = time.monotonic()
         try:
@@ -197,9 +199,12 @@ def consume(args, out: TextIO) -> int:
                     time.sleep(0.05)
                     continue
                 last_record = time.monotonic()
-                printed += _print_records(batch, out, flag, separator, line_separator)
+                n = _print_records(batch, out, flag, separator, line_separator)
+                printed += n
+                progress.update(n)
         except KeyboardInterrupt:
             pass   # Ctrl-C ends a live run; the positions reached are still committed below
+        progress.finish()
         consumer.close(autocommit=args.group is not None)
         if member is not None:
             member.leave()

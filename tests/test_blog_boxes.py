@@ -88,3 +88,13 @@ def test_worked_examples_of_the_blogs_are_reproduced():
     text = {p.name[:2]: "\n".join(c.source for c in nbformat.read(p, as_version=4).cells) for p in NOTEBOOKS}
     assert "170410" in text["04"] and "[4, 476]" in text["04"] and "340" in text["04"]
     assert "[0, 50]" in text["10"] and "[1, 89]" in text["10"] and "[2, 100]" in text["10"]
+
+
+def test_every_box_gives_the_chinese_term_beside_the_english_one():
+    """As the glossary does: each box's `term=` names the idea in English and in Chinese."""
+    for name, mistake, source in boxes():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "blog_says":
+                term = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "term"), "")
+                assert re.search(r"[A-Za-z]", term) and re.search(r"[\u4e00-\u9fff]", term), \
+                    f"{name}: the {mistake} box has no English + Chinese term ({term!r})"

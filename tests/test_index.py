@@ -566,3 +566,30 @@ def test_index_reads_entries_written_by_another_writer(tmp_path):
     assert idx.entries_list() == [(1005, 0), (1012, 4096), (1040, 9000)]
     assert idx.lookup(1013) == (1012, 4096)
     idx.close_handler()
+
+
+def test_a_closed_log_read_after_its_directory_is_gone_creates_no_file(tmp_path):
+    """A view may draw a closed log on its timer thread while the notebook deletes the directory
+    (chapter 00's last cell). Reading a closed segment's index opens it read-only: the missing
+    file is reported, never recreated as a fresh preallocated one (which made rmtree fail)."""
+    import shutil
+
+    from kstore import Log, LogConfig, ManualClock
+
+    clock = ManualClock(1_700_000_000_000)
+    log = Log.open(str(tmp_path / "orders-0"),
+                   LogConfig({"segment.bytes": 2048, "index.interval.bytes": 256}), clock)
+    for i in range(60):
+        log.append([(f"k{i}", "v" * 100)])
+    segments = list(log.segments)
+    log.close()
+    entries = [s.offset_index.entries for s in segments]      # a closed log can still be read
+    assert sum(entries) > 0
+    for s in segments:                     # rmtree half done: the index files gone, the dir not yet
+        s.offset_index.close()             # (drops the read-only mappings reopened just above)
+        os.remove(s.offset_index.path)
+    for s in segments:
+        with pytest.raises(FileNotFoundError):
+            s.offset_index.entries
+    assert not [f for f in os.listdir(tmp_path / "orders-0") if f.endswith(".index")]
+    shutil.rmtree(tmp_path / "orders-0")

@@ -130,6 +130,18 @@ def test_a_snapshot_is_written_at_roll_and_read_like_kafkas(make_log):
             entry.offset_delta, entry.timestamp) == (PID, 0, 2, 2, 2, T0 + 2)
 
 
+def test_an_empty_log_closes_without_a_snapshot(make_log):
+    """Kafka's takeSnapshot writes only past the last snapshot's offset, so an empty partition
+    (map end offset 0) has no .snapshot file after a clean close; one record later it has."""
+    log = make_log()
+    log.close()
+    assert snapshot_files(log) == []
+    log = make_log()
+    log.append_as_leader(batch(0, 1))
+    log.close()
+    assert snapshot_files(log) == ["00000000000000000001.snapshot"]
+
+
 @pytest.mark.parametrize("clean", [True, False])
 def test_state_survives_a_restart(make_log, clean):
     """Clean: the snapshot at the LEO written at close. Killed: the roll's snapshot plus the batch

@@ -101,3 +101,31 @@ def test_every_cited_file_and_section_exists(path):
     unknown = sorted(set(SECTION.findall(text)) - sections)
     assert not unknown, (f"{path.relative_to(ROOT)} cites §{unknown}, not sections of "
                          "docs/kafka-storage-notes.md")
+
+
+REPO_PATH = re.compile(r"(?<![\w/.~-])((?:kstore|tests|bench|docs|notebooks|exercises|solutions)/[\w./-]*\w)")
+
+
+def missing_repo_paths(text: str, files: list[str]) -> list[str]:
+    """Paths into the repository's own folders (`kstore/cli.py`, `tests/fixtures/...`) that name
+    neither a file nor a folder of it; patterns (`exNN`, `NN-title`) and scratch folders aside."""
+    dirs = {str(Path(f).parents[i]) for f in files for i in range(len(Path(f).parents) - 1)}
+    known = set(files) | dirs
+    return sorted({c for c in REPO_PATH.findall(URL.sub(" ", text))
+                   if c not in known and not PATTERN.search(c) and not c.endswith("/tmp")})
+
+
+def test_a_missing_repo_path_is_caught():
+    files = ["kstore/cli.py", "tests/fixtures/kafka-kraft-logs/x/00.log"]
+    text = "see kstore/cli.py, tests/fixtures/kafka-kraft-logs and kstore/nowhere.py or bench/exNN.py"
+    assert missing_repo_paths(text, files) == ["kstore/nowhere.py"]
+
+
+@pytest.mark.parametrize("path", [p for p in citing_files() if p.suffix != ".py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_repo_path_exists(path):
+    """Beyond .md/.ipynb citations: any `kstore/...`, `tests/...`, `bench/...` path a notebook,
+    exercise, solution, README or doc names is in the repository."""
+    files = [str(p.relative_to(ROOT)) for p in repo_files()]
+    missing = missing_repo_paths(text_of(path), files)
+    assert not missing, f"{path.relative_to(ROOT)} names paths the repository does not contain: {missing}"

@@ -255,3 +255,33 @@ def test_bad_broker_settings():
         LogManager("/nonexistent-never-created", None, ManualClock(),
                    broker_config={"log.retention.check.interval.ms": 0})
     assert not os.path.exists("/nonexistent-never-created")
+
+
+def test_shutdown_never_waits_for_a_retention_pass_that_waits_for_it(tmp_path):
+    """A retention pass that starts on the scheduler's thread just as `shutdown()` begins takes the
+    manager's lock; shutdown must stop and join that thread before it takes the lock itself, or
+    each waits for the other forever (seen as a 10-minute hang of the test above)."""
+    import threading
+
+    manager = LogManager(str(tmp_path), {"segment.bytes": 5 * S}, SystemClock())
+    fill(manager.get_or_create_log("orders", 0), 3)
+    started, passes = threading.Event(), []
+
+    def retention_once_shutdown_holds_the_lock() -> None:
+        started.set()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:       # until shutdown holds the lock (if it takes it)
+            if not manager._lock.acquire(blocking=False):
+                break
+            manager._lock.release()
+            time.sleep(0.005)
+        passes.append(manager.run_retention())
+
+    manager.scheduler.schedule("retention-now", retention_once_shutdown_holds_the_lock, 0)
+    manager.scheduler.start(poll_ms=5)
+    assert started.wait(10)
+    stopper = threading.Thread(target=manager.shutdown, daemon=True)
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive(), "shutdown and the retention pass wait for each other"
+    assert len(passes) == 1 and os.path.exists(tmp_path / ".kafka_cleanshutdown")

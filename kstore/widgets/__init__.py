@@ -17,6 +17,8 @@ and follow its `EventBus` — no polling.
     QuizView()                        # interview flashcards
     bulk_produce(log, 1_000_000)      # long operations show a progress bar
     watch_spark(spark)                # every later cell running Spark jobs: a bar of its tasks
+    with working("starting Spark"): spark = spark_session()   # unknown length: seconds passing
+    run_kstore("dump-log", path)      # a `kstore` command in a subprocess, under such a bar
 """
 
 from .compaction import CompactionModel, CompactionView
@@ -27,7 +29,8 @@ from .index_view import IndexModel, IndexView
 from .lookup import LookupModel, LookupView, trace_offset, trace_timestamp
 from .group import GroupModel, GroupView
 from .offsets import OffsetsModel, OffsetsView
-from .progress import ProgressBar, ProgressModel, SparkTasksBar, bulk_produce, track, watch_spark
+from .progress import (ProgressBar, ProgressModel, SparkTasksBar, Working, bulk_produce, run_kstore,
+                       track, watch_spark, working)
 from .quiz import DEFAULT_CARDS, Card, QuizModel, QuizView
 from .replica import ReplicaModel, ReplicaView
 from .zerocopy import ZeroCopyModel, ZeroCopyView, measure_transfer
@@ -38,5 +41,5 @@ __all__ = [
     "GroupModel", "GroupView", "LookupModel", "LookupView", "OffsetsModel", "OffsetsView",
     "ProgressBar", "ProgressModel", "QuizModel", "QuizView", "ReplicaModel", "ReplicaView",
     "SparkTasksBar", "ZeroCopyModel", "ZeroCopyView", "bulk_produce", "file_kind", "measure_transfer",
-    "trace_offset", "trace_timestamp", "track", "watch_spark",
+    "trace_offset", "trace_timestamp", "track", "watch_spark", "Working", "working", "run_kstore",
 ]

@@ -4,11 +4,15 @@
 `ProgressBar` shows it as an ipywidgets bar with a label, redrawn at most ten times a second
 however often it is updated; `track(iterable)` wraps any loop; `bulk_produce(log, n)` appends `n`
 records as prebuilt batches (`Log.append_as_leader`, the fast path) with a bar; `watch_spark(spark)`
-gives every later notebook cell that runs Spark jobs a bar of their tasks.
+gives every later notebook cell that runs Spark jobs a bar of their tasks; `working(description)`
+covers a wait whose length nobody knows (starting Spark's JVM, a server coming up) with a bar of
+the seconds that pass; `run_kstore(*args)` runs a `kstore` command in a subprocess under one.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from typing import Iterable, Iterator
@@ -57,6 +61,8 @@ class ProgressModel:
         return (self.total - self.done) / self.rate
 
     def render_text(self) -> str:
+        if self.unit is None:            # a wait of unknown length: only the time it has taken
+            return self._render_elapsed()
         total = f"/{self.total:,}" if self.total else ""
         pct = f" ({self.fraction:.0%})" if self.fraction is not None else ""
         text = f"{self.description}: {self.done:,}{total} {self.unit}{pct} · {_rate(self.rate)} {self.unit}/s"
@@ -67,6 +73,13 @@ class ProgressModel:
         if self.eta is not None:
             text += f" · about {self.eta:.0f} s left"
         return text
+
+    def _render_elapsed(self) -> str:
+        if self.error:
+            return f"{self.description} · failed after {self.elapsed:.1f} s: {self.error}"
+        if self.finished_at is not None:
+            return f"{self.description} · done in {self.elapsed:.1f} s"
+        return f"{self.description} · {self.elapsed:.1f} s"
 
     def render_html(self) -> str:
         return f"<span{attrs(class_='ks-progress-text', data_done=self.done)}>{esc(self.render_text())}</span>"
@@ -130,6 +143,10 @@ class ProgressBar:
         m = self.model
         if m.total:
             self.bar.value = min(m.done, m.total)
+        elif m.unit is None and m.finished_at is None:     # unknown length: a sweep that keeps moving
+            self.bar.value = int(m.elapsed * 4) % (self.bar.max + 1)
+        elif m.unit is None:
+            self.bar.value = self.bar.max
         else:
             self.bar.value = 1 if m.finished_at else 0
         self.label.value = m.render_html()
@@ -268,3 +285,82 @@ def watch_spark(spark):
         shell.events.unregister("pre_run_cell", before)
         shell.events.unregister("post_run_cell", after)
     return unwatch
+
+
+class Working:
+    """A bar for a wait of unknown length: `with working("starting Spark"): ...`.
+
+    The label counts the seconds (redrawn every `interval` s by a helper thread) and the bar sweeps
+    while the work runs; when it ends the label says "done in N s" (or "failed after N s: ...").
+    The bar stays hidden for the first `show_after` seconds, so a wait that ends quickly leaves no
+    clutter; any longer and the learner sees that something is happening."""
+
+    def __init__(self, description: str, show_after: float = 0.5, interval: float = 0.25,
+                 display: bool = True):
+        self.show_after = show_after
+        self.bar = ProgressBar(None, description, None, display=False, min_interval=0)
+        self.bar.bar.max = 20
+        self.model = self.bar.model
+        if show_after > 0:
+            self.bar.widget.layout.display = "none"
+        if display and in_notebook():
+            from IPython.display import display as show
+            show(self.bar.widget)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, args=(interval,),
+                                        name="kstore-working", daemon=True)
+        self._thread.start()
+
+    @property
+    def shown(self) -> bool:
+        return self.bar.widget.layout.display != "none"
+
+    def _tick(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._draw()
+
+    def _draw(self) -> None:
+        if not self.shown and self.model.elapsed >= self.show_after:
+            self.bar.widget.layout.display = None
+        self.bar._draw()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.bar.finish(error)
+        self._draw()
+
+    def __enter__(self) -> "Working":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(exc)
+
+
+working = Working
+
+
+def run_kstore(*args: str, check: bool = True, description: str | None = None,
+               show_after: float = 0.5, timeout: float | None = 600) -> subprocess.CompletedProcess:
+    """Run `kstore ARGS` as a separate process (this interpreter's `python -m kstore`, so the
+    same kstore), as a learner would in a terminal, under a `working` bar; returns the finished
+    process with its stdout and stderr as text. With `check`, a failing command raises
+    `subprocess.CalledProcessError` whose message includes the command's own error line."""
+    label = description or f"kstore {args[0] if args else ''}".strip()
+    with Working(label, show_after=show_after) as w:
+        run_kstore.last = w          # the bar (tests read its model)
+        done = subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True,
+                              text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise KstoreCommandFailed(done.returncode, done.args, done.stdout, done.stderr)
+    return done
+
+
+class KstoreCommandFailed(subprocess.CalledProcessError):
+    """A `kstore` command that exited non-zero, told in one line: the command and its last
+    stderr line (the tool's own message), not only the exit status."""
+
+    def __str__(self) -> str:
+        why = (self.stderr or "").strip().splitlines()
+        return (f"kstore {' '.join(map(str, self.cmd[3:]))} exited with status {self.returncode}"
+                + (f": {why[-1]}" if why else ""))

@@ -53,7 +53,8 @@ DEFAULT_CARDS = [
          "cleaning that first saw it), then dropped.", "compaction"),
     Card("Why is zero-copy (sendfile) faster for consumers?",
          "Bytes go from the page cache to the socket inside the kernel: no copy into a user-space "
-         "buffer and back, half the system calls, no garbage to collect. It works because the "
+         "buffer and back, one sendfile call for a whole byte range where read + send take two "
+         "per chunk (thousands for a segment), no garbage to collect. It works because the "
          "on-disk format is the wire format.", "network"),
     Card("Where are a consumer group's committed offsets stored?",
          "In the compacted internal topic __consumer_offsets, in partition "

@@ -645,6 +645,10 @@ done:
 
 /* ------------------------------------------------------------------------------------------ */
 
+static PyObject *codec_map_keys(PyObject *self, PyObject *args);
+static PyObject *codec_filter_records(PyObject *self, PyObject *args);
+static PyObject *codec_md5(PyObject *self, PyObject *args);
+
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
      "validate_records(data, base_offset, records_count) -> (count, null_key) or None.\n"
@@ -659,6 +663,15 @@ static PyMethodDef codec_methods[] = {
     {"encode_records", codec_encode_records, METH_VARARGS,
      "encode_records(records, offsets, base_offset, base_timestamp) -> bytes or None.\n"
      "Mirrors kstore.records.encode_records; None where the reference raises or takes other types."},
+    {"map_keys", codec_map_keys, METH_VARARGS,
+     "map_keys(data, base_offset, records_count, start, entries, max_entries) -> "
+     "(records read, map full, latest offset put or -1) or None.\n"
+     "Mirrors kstore.offset_map.map_keys; None where the reference raises."},
+    {"filter_records", codec_filter_records, METH_VARARGS,
+     "filter_records(data, base_offset, records_count, entries, map_latest_offset, "
+     "batch_delete_horizon, now) -> (kept indexes, invalid, tombstones dropped, tombstones kept) "
+     "or None.\nMirrors kstore.cleaner.filter_records; None where the reference raises."},
+    {"md5", codec_md5, METH_VARARGS, "md5(data) -> the 16-byte MD5 digest (SkimpyOffsetMap.hash_key)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -672,4 +685,348 @@ PyMODINIT_FUNC
 PyInit__codec(void)
 {
     return PyModule_Create(&codec_module);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The cleaner's two passes (kstore/cleaner.py, kstore/offset_map.py)                         */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ *   map_keys(data, base_offset, records_count, start,
+ *            entries, max_entries)                  -> offset_map.map_keys
+ *   filter_records(data, base_offset, records_count,
+ *                  entries, map_latest_offset,
+ *                  batch_delete_horizon, now)       -> cleaner.filter_records
+ *   md5(data)                                       -> hashlib.md5(data).digest()
+ *
+ * `entries` is the SkimpyOffsetMap's dict: MD5 digest of a key -> the latest offset of that key.
+ * Both walk the records section once in place (no Record objects) with the checks of
+ * records.decode_records, and return None where the reference would raise.
+ */
+
+/* MD5 (RFC 1321): the key hash of Kafka's SkimpyOffsetMap, computed here without a Python call.
+ * The 64 steps are unrolled (constants K[i] = floor(|sin(i + 1)| * 2^32)): one step per line. */
+#define MD5_F(x, y, z) (((x) & (y)) | (~(x) & (z)))
+#define MD5_G(x, y, z) (((x) & (z)) | ((y) & ~(z)))
+#define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
+#define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
+#define MD5_STEP(f, a, b, c, d, x, k, s) do { \
+        (a) += MD5_##f((b), (c), (d)) + (x) + (k); \
+        (a) = (((a) << (s)) | ((a) >> (32 - (s)))) + (b); \
+    } while (0)
+
+static void
+md5_block(uint32_t h[4], const uint8_t *block)
+{
+    uint32_t w[16];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
+               | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
+    MD5_STEP(F, a, b, c, d, w[0], 0xd76aa478U, 7);
+    MD5_STEP(F, d, a, b, c, w[1], 0xe8c7b756U, 12);
+    MD5_STEP(F, c, d, a, b, w[2], 0x242070dbU, 17);
+    MD5_STEP(F, b, c, d, a, w[3], 0xc1bdceeeU, 22);
+    MD5_STEP(F, a, b, c, d, w[4], 0xf57c0fafU, 7);
+    MD5_STEP(F, d, a, b, c, w[5], 0x4787c62aU, 12);
+    MD5_STEP(F, c, d, a, b, w[6], 0xa8304613U, 17);
+    MD5_STEP(F, b, c, d, a, w[7], 0xfd469501U, 22);
+    MD5_STEP(F, a, b, c, d, w[8], 0x698098d8U, 7);
+    MD5_STEP(F, d, a, b, c, w[9], 0x8b44f7afU, 12);
+    MD5_STEP(F, c, d, a, b, w[10], 0xffff5bb1U, 17);
+    MD5_STEP(F, b, c, d, a, w[11], 0x895cd7beU, 22);
+    MD5_STEP(F, a, b, c, d, w[12], 0x6b901122U, 7);
+    MD5_STEP(F, d, a, b, c, w[13], 0xfd987193U, 12);
+    MD5_STEP(F, c, d, a, b, w[14], 0xa679438eU, 17);
+    MD5_STEP(F, b, c, d, a, w[15], 0x49b40821U, 22);
+    MD5_STEP(G, a, b, c, d, w[1], 0xf61e2562U, 5);
+    MD5_STEP(G, d, a, b, c, w[6], 0xc040b340U, 9);
+    MD5_STEP(G, c, d, a, b, w[11], 0x265e5a51U, 14);
+    MD5_STEP(G, b, c, d, a, w[0], 0xe9b6c7aaU, 20);
+    MD5_STEP(G, a, b, c, d, w[5], 0xd62f105dU, 5);
+    MD5_STEP(G, d, a, b, c, w[10], 0x02441453U, 9);
+    MD5_STEP(G, c, d, a, b, w[15], 0xd8a1e681U, 14);
+    MD5_STEP(G, b, c, d, a, w[4], 0xe7d3fbc8U, 20);
+    MD5_STEP(G, a, b, c, d, w[9], 0x21e1cde6U, 5);
+    MD5_STEP(G, d, a, b, c, w[14], 0xc33707d6U, 9);
+    MD5_STEP(G, c, d, a, b, w[3], 0xf4d50d87U, 14);
+    MD5_STEP(G, b, c, d, a, w[8], 0x455a14edU, 20);
+    MD5_STEP(G, a, b, c, d, w[13], 0xa9e3e905U, 5);
+    MD5_STEP(G, d, a, b, c, w[2], 0xfcefa3f8U, 9);
+    MD5_STEP(G, c, d, a, b, w[7], 0x676f02d9U, 14);
+    MD5_STEP(G, b, c, d, a, w[12], 0x8d2a4c8aU, 20);
+    MD5_STEP(H, a, b, c, d, w[5], 0xfffa3942U, 4);
+    MD5_STEP(H, d, a, b, c, w[8], 0x8771f681U, 11);
+    MD5_STEP(H, c, d, a, b, w[11], 0x6d9d6122U, 16);
+    MD5_STEP(H, b, c, d, a, w[14], 0xfde5380cU, 23);
+    MD5_STEP(H, a, b, c, d, w[1], 0xa4beea44U, 4);
+    MD5_STEP(H, d, a, b, c, w[4], 0x4bdecfa9U, 11);
+    MD5_STEP(H, c, d, a, b, w[7], 0xf6bb4b60U, 16);
+    MD5_STEP(H, b, c, d, a, w[10], 0xbebfbc70U, 23);
+    MD5_STEP(H, a, b, c, d, w[13], 0x289b7ec6U, 4);
+    MD5_STEP(H, d, a, b, c, w[0], 0xeaa127faU, 11);
+    MD5_STEP(H, c, d, a, b, w[3], 0xd4ef3085U, 16);
+    MD5_STEP(H, b, c, d, a, w[6], 0x04881d05U, 23);
+    MD5_STEP(H, a, b, c, d, w[9], 0xd9d4d039U, 4);
+    MD5_STEP(H, d, a, b, c, w[12], 0xe6db99e5U, 11);
+    MD5_STEP(H, c, d, a, b, w[15], 0x1fa27cf8U, 16);
+    MD5_STEP(H, b, c, d, a, w[2], 0xc4ac5665U, 23);
+    MD5_STEP(I, a, b, c, d, w[0], 0xf4292244U, 6);
+    MD5_STEP(I, d, a, b, c, w[7], 0x432aff97U, 10);
+    MD5_STEP(I, c, d, a, b, w[14], 0xab9423a7U, 15);
+    MD5_STEP(I, b, c, d, a, w[5], 0xfc93a039U, 21);
+    MD5_STEP(I, a, b, c, d, w[12], 0x655b59c3U, 6);
+    MD5_STEP(I, d, a, b, c, w[3], 0x8f0ccc92U, 10);
+    MD5_STEP(I, c, d, a, b, w[10], 0xffeff47dU, 15);
+    MD5_STEP(I, b, c, d, a, w[1], 0x85845dd1U, 21);
+    MD5_STEP(I, a, b, c, d, w[8], 0x6fa87e4fU, 6);
+    MD5_STEP(I, d, a, b, c, w[15], 0xfe2ce6e0U, 10);
+    MD5_STEP(I, c, d, a, b, w[6], 0xa3014314U, 15);
+    MD5_STEP(I, b, c, d, a, w[13], 0x4e0811a1U, 21);
+    MD5_STEP(I, a, b, c, d, w[4], 0xf7537e82U, 6);
+    MD5_STEP(I, d, a, b, c, w[11], 0xbd3af235U, 10);
+    MD5_STEP(I, c, d, a, b, w[2], 0x2ad7d2bbU, 15);
+    MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21);
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+}
+
+static void
+md5_digest(const uint8_t *p, Py_ssize_t n, uint8_t out[16])
+{
+    uint32_t h[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+    Py_ssize_t done = 0;
+    for (; n - done >= 64; done += 64)
+        md5_block(h, p + done);
+    uint8_t tail[128] = {0};
+    Py_ssize_t rest = n - done;
+    memcpy(tail, p + done, (size_t)rest);
+    tail[rest] = 0x80;
+    Py_ssize_t tail_len = rest + 9 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)n * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tail_len - 8 + i] = (uint8_t)(bits >> (8 * i));
+    md5_block(h, tail);
+    if (tail_len == 128)
+        md5_block(h, tail + 64);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(h[i] >> (8 * j));
+}
+
+static PyObject *
+codec_md5(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    uint8_t digest[16];
+    if (!PyArg_ParseTuple(args, "y*:md5", &data))
+        return NULL;
+    md5_digest((const uint8_t *)data.buf, data.len, digest);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)digest, 16);
+}
+
+/* What the cleaner needs of one record: where its key is, and whether it has a value. */
+typedef struct {
+    int64_t offset;
+    const uint8_t *key;          /* NULL: a null key */
+    Py_ssize_t key_len;
+    int value_null;
+} KeySpan;
+
+/* Skip a record's headers with the checks of read_headers (1 = ok, 0 = the reference raises). */
+static int
+skip_headers(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t end)
+{
+    int64_t n, klen;
+    if (read_varint(d, len, pos, &n) < 0 || n < 0 || n > (int64_t)(end - *pos))
+        return 0;
+    for (int64_t h = 0; h < n; h++) {
+        if (read_varint(d, len, pos, &klen) < 0 || klen < 0 || *pos + klen > end)
+            return 0;
+        *pos += klen;
+        if (!skip_field(d, len, pos, end))
+            return 0;
+    }
+    return 1;
+}
+
+/* The walk of decode_walk without building objects: 1 = every record's span in `spans`, 0 = the
+ * reference raises. */
+static int
+walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
+               KeySpan *spans)
+{
+    Py_ssize_t pos = 0;
+    for (long long i = 0; i < count; i++) {
+        int64_t size, v, offset_delta, klen;
+        if (pos >= len || read_varint(d, len, &pos, &size) < 0)
+            return 0;
+        Py_ssize_t end = pos + size;
+        if (size < 0 || end > len)
+            return 0;
+        pos += 1;                                            /* attributes */
+        if (read_varlong(d, len, &pos, &v) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
+            return 0;
+        if (read_varint(d, len, &pos, &klen) < 0)
+            return 0;
+        spans[i].key = NULL;
+        spans[i].key_len = 0;
+        if (klen >= 0) {
+            if (pos + klen > end)
+                return 0;
+            spans[i].key = d + pos;
+            spans[i].key_len = (Py_ssize_t)klen;
+            pos += klen;
+        }
+        Py_ssize_t value_at = pos;
+        if (read_varint(d, len, &value_at, &v) < 0)
+            return 0;
+        spans[i].value_null = v < 0;
+        if (!skip_field(d, len, &pos, end) || !skip_headers(d, len, &pos, end))
+            return 0;
+        if (pos != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &spans[i].offset))
+            return 0;
+    }
+    return pos == len;
+}
+
+/* The spans of a records section (PyMem buffer in *spans), 1; 0 = the reference raises; -1 = error. */
+static int
+key_spans(Py_buffer *data, long long base_offset, long long count, KeySpan **spans)
+{
+    *spans = NULL;
+    if (count < 0 || count > data->len)     /* each record takes at least one byte */
+        return count == 0 ? 1 : 0;
+    *spans = PyMem_Malloc(sizeof(KeySpan) * (size_t)(count ? count : 1));
+    if (*spans == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return walk_key_spans((const uint8_t *)data->buf, data->len, base_offset, count, *spans);
+}
+
+/* The latest offset of a key in the map, or -1 (SkimpyOffsetMap.get); -2 on a Python error. */
+static int64_t
+map_get(PyObject *entries, const KeySpan *s)
+{
+    uint8_t digest[16];
+    md5_digest(s->key, s->key_len, digest);
+    PyObject *k = PyBytes_FromStringAndSize((const char *)digest, 16);
+    if (k == NULL)
+        return -2;
+    PyObject *v = PyDict_GetItemWithError(entries, k);
+    Py_DECREF(k);
+    if (v == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    int64_t offset = PyLong_AsLongLong(v);
+    return (offset == -1 && PyErr_Occurred()) ? -2 : offset;
+}
+
+static PyObject *
+codec_map_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, count, start, max_entries;
+    PyObject *entries, *result = NULL;
+    KeySpan *spans = NULL;
+    if (!PyArg_ParseTuple(args, "y*LLLO!L:map_keys", &data, &base_offset, &count, &start,
+                          &PyDict_Type, &entries, &max_entries))
+        return NULL;
+    int r = key_spans(&data, base_offset, count, &spans);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    long long read = 0, latest = -1;
+    int full = 0;
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        if (s->key != NULL && s->offset >= start) {
+            if (PyDict_GET_SIZE(entries) >= max_entries) {
+                full = 1;
+                break;
+            }
+            uint8_t digest[16];
+            md5_digest(s->key, s->key_len, digest);
+            PyObject *k = PyBytes_FromStringAndSize((const char *)digest, 16);
+            PyObject *v = PyLong_FromLongLong(s->offset);
+            int bad = k == NULL || v == NULL || PyDict_SetItem(entries, k, v) < 0;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (bad)
+                goto done;
+            latest = s->offset;
+        }
+        read++;
+    }
+    result = Py_BuildValue("(LOL)", read, full ? Py_True : Py_False, latest);
+done:
+    PyMem_Free(spans);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+static PyObject *
+codec_filter_records(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, count, map_latest, now, horizon = 0;
+    PyObject *entries, *horizon_obj, *result = NULL, *kept = NULL;
+    KeySpan *spans = NULL;
+    if (!PyArg_ParseTuple(args, "y*LLO!LOL:filter_records", &data, &base_offset, &count,
+                          &PyDict_Type, &entries, &map_latest, &horizon_obj, &now))
+        return NULL;
+    int has_horizon = horizon_obj != Py_None;
+    if (has_horizon) {
+        horizon = PyLong_AsLongLong(horizon_obj);
+        if (horizon == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);             /* out of range: the reference decides */
+            goto done;
+        }
+    }
+    int r = key_spans(&data, base_offset, count, &spans);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((kept = PyList_New(0)) == NULL)
+        goto done;
+    long long invalid = 0, dropped = 0, tombstones_kept = 0;
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        int keep;
+        if (s->key == NULL && s->offset <= map_latest)
+            invalid++;
+        if (s->offset > map_latest)                  /* should_retain_record, rule by rule */
+            keep = 1;
+        else if (s->key == NULL)
+            keep = 0;
+        else {
+            int64_t latest = map_get(entries, s);
+            if (latest == -2)
+                goto done;
+            if (s->offset < latest)
+                keep = 0;
+            else if (!s->value_null)
+                keep = 1;
+            else
+                keep = !has_horizon || now < horizon;
+        }
+        if (keep) {
+            PyObject *index = PyLong_FromLongLong(i);
+            int bad = index == NULL || PyList_Append(kept, index) < 0;
+            Py_XDECREF(index);
+            if (bad)
+                goto done;
+            tombstones_kept += s->value_null;
+        }
+        else if (s->value_null && s->key != NULL && has_horizon)
+            dropped++;
+    }
+    result = Py_BuildValue("(OLLL)", kept, invalid, dropped, tombstones_kept);
+done:
+    Py_XDECREF(kept);
+    PyMem_Free(spans);
+    PyBuffer_Release(&data);
+    return result;
 }

@@ -39,7 +39,7 @@ from .index import INT32_MAX
 from .log import Log
 from .offset_map import SkimpyOffsetMap
 from .records import (NO_PRODUCER_ID, ControlRecordType, Record, RecordBatch, build_batch,
-                      build_empty_batch)
+                      build_empty_batch, native_codec)
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
@@ -86,6 +86,28 @@ def should_retain_record(record: Record, batch_delete_horizon: int | None, lates
     if record.value is not None:
         return True
     return batch_delete_horizon is None or now < batch_delete_horizon
+
+
+_REFERENCE_RETAIN = should_retain_record   # the native filter stands in only for this one
+
+
+def filter_records(records: Sequence[Record], entries: dict[bytes, int], map_latest_offset: int,
+                   batch_delete_horizon: int | None, now: int) -> tuple[list[int], int, int, int]:
+    """Which records of one data batch a cleaning keeps (MemoryRecords.filterTo asking
+    Cleaner.shouldRetainRecord of each record). `entries` is the offset map (MD5 of a key → its
+    latest offset). Return (indexes of the records kept, records without a key inside the map,
+    tombstones dropped, tombstones kept)."""
+    kept, invalid, tombstones_dropped, tombstones_kept = [], 0, 0, 0
+    for i, r in enumerate(records):
+        if r.key is None and r.offset <= map_latest_offset:
+            invalid += 1
+        latest = entries.get(SkimpyOffsetMap.hash_key(r.key), -1) if r.key is not None else -1
+        if should_retain_record(r, batch_delete_horizon, latest, map_latest_offset, now):
+            kept.append(i)
+            tombstones_kept += r.value is None
+        elif r.value is None and r.key is not None and batch_delete_horizon is not None:
+            tombstones_dropped += 1
+    return kept, invalid, tombstones_dropped, tombstones_kept
 
 
 def group_segments_by_size(segments: Sequence, max_size: int, max_index_size: int,
@@ -265,15 +287,12 @@ class Cleaner:
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
-                # Keys and offsets only: the records are decoded in full once, when cleaned.
-                for offset, key in batch.keys_and_offsets():
-                    if key is not None and offset >= start:
-                        if m.size < m.max_desired_size:
-                            m.put(key, offset)
-                        else:
-                            stats.map_entries = m.size
-                            return True
-                    stats.map_records_read += 1
+                # Keys and offsets only (offset_map.map_keys): no Record objects are built.
+                read, full = m.put_batch(batch, start)
+                stats.map_records_read += read
+                if full:
+                    stats.map_entries = m.size
+                    return True
             if batch.last_offset >= start:
                 m.update_latest_offset(batch.last_offset)
         m.update_latest_offset(next_segment_start - 1)   # cover offset gaps
@@ -374,48 +393,46 @@ class Cleaner:
     def _filter_batch(self, log: Log, batch: RecordBatch, now: int, stats: CleanerStats,
                       last_records: dict, upper_bound: int) -> bytes | None:
         """The bytes to keep for one batch, or None to drop it."""
-        records = batch.records()
-        stats.records_read += len(records)
+        stats.records_read += batch.records_count
         horizon = batch.delete_horizon_ms
-        m = self.offset_map
         marker_horizon = False
+        records = None                           # decoded only where a rule needs Record objects
+        tombstones_kept = 0
         if batch.is_control:
             # A marker goes once its transaction has no data left in the log: the first such
             # cleaning stamps a delete horizon, a cleaning after the horizon removes it.
+            records = batch.records()
             still_has_data = self._txn_data.pop(batch.producer_id, False)
             discard = not still_has_data and horizon is not None and horizon <= now
             marker_horizon = not still_has_data and horizon is None
-            retained = [] if discard else records
+            kept = [] if discard else list(range(len(records)))
         elif in_aborted(batch, self._aborted):
-            retained = []                        # an aborted transaction's records go
+            records = batch.records()            # (checked as before: a malformed batch raises)
+            kept = []                            # an aborted transaction's records go
             self._txn_data.setdefault(batch.producer_id, False)
         else:
-            retained = []
-            for r in records:
-                if r.key is None and r.offset <= m.latest_offset:
-                    stats.invalid_records += 1
-                if should_retain_record(r, horizon, m.get(r.key) if r.key is not None else -1,
-                                        m.latest_offset, now):
-                    retained.append(r)
-                elif r.value is None and r.key is not None and horizon is not None:
-                    stats.tombstones_dropped += 1
-        if batch.is_transactional and not batch.is_control and retained:
+            kept, invalid, dropped, tombstones_kept, records = self._retained(batch, horizon, now)
+            stats.invalid_records += invalid
+            stats.tombstones_dropped += dropped
+        if batch.is_transactional and not batch.is_control and kept:
             self._txn_data[batch.producer_id] = True
         producer = last_records.get(batch.producer_id) if batch.producer_id != NO_PRODUCER_ID else None
         is_last_of_producer = producer is not None and (
             batch.last_offset == producer.last_data_offset if producer.last_data_offset is not None
             else batch.is_control and batch.producer_epoch == producer.producer_epoch)
         retain_empty = is_last_of_producer or batch.next_offset == upper_bound
-        if retained:
-            has_tombstones = any(r.value is None for r in retained)
-            set_horizon = (has_tombstones and horizon is None and not batch.is_control) or marker_horizon
-            stats.records_written += len(retained)
-            if len(retained) == len(records) and not set_horizon:
-                return batch.to_bytes()   # nothing to change: copied verbatim
+        if kept:
+            set_horizon = (tombstones_kept > 0 and horizon is None and not batch.is_control) or marker_horizon
+            stats.records_written += len(kept)
+            if len(kept) == batch.records_count and not set_horizon:
+                return batch.to_bytes()   # nothing to change: copied verbatim, not re-encoded
             if set_horizon:
                 horizon = now + log.config.delete_retention_ms
-                stats.tombstones_marked += sum(1 for r in retained if r.value is None
-                                               and not batch.is_control)
+                stats.tombstones_marked += tombstones_kept
+            if records is None:
+                records = batch.records()
+            retained = [records[i] for i in kept]
+            # Kafka's v2 rule: the rewritten batch keeps its base offset, every record its offset.
             return build_batch(
                 retained, base_offset=batch.base_offset, offsets=[r.offset for r in retained],
                 compression=batch.compression, timestamp_type=batch.timestamp_type,
@@ -438,6 +455,22 @@ class Cleaner:
                 base_sequence=batch.base_sequence, timestamp_type=batch.timestamp_type,
                 transactional=batch.is_transactional, control=batch.is_control)
         return None
+
+    def _retained(self, batch: RecordBatch, horizon: int | None,
+                  now: int) -> tuple[list[int], int, int, int, list[Record] | None]:
+        """`filter_records` for one data batch, plus its decoded records (None where the native
+        codec ran: it walks the records in place and builds no Record objects)."""
+        m = self.offset_map
+        codec = native_codec()
+        if codec is not None and should_retain_record is _REFERENCE_RETAIN and \
+                type(m) is SkimpyOffsetMap:
+            batch._check_v2()
+            out = codec.filter_records(batch.records_view(), batch.base_offset, batch.records_count,
+                                       m.entries, m.latest_offset, horizon, now)
+            if out is not None:
+                return (*out, None)
+        records = batch.records()   # the reference path (also where a learner's rule is plugged in)
+        return (*filter_records(records, m.entries, m.latest_offset, horizon, now), records)
 
 
 # ------------------------------------------------------------------------------------------------

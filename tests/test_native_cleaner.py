@@ -1,0 +1,254 @@
+"""The cleaner's native fast path (kstore/_codec.c) against its pure-Python reference.
+
+Differential property tests, as tests/test_native_codec.py does for the record codec:
+`offset_map.map_keys` (building the offset map) and `cleaner.filter_records` (which records a
+cleaning keeps) get the same inputs in Python and in C. Where the reference returns, the native
+function returns the same value and leaves the offset map the same; where the reference raises,
+the native function returns None and changes nothing, so the engine re-runs the reference and the
+user sees its exception. Whole cleanings then compare byte for byte, and a learner's
+`should_retain_record` plugged into the engine is really called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from kstore import Log, ManualClock, native, records
+from kstore import cleaner as cleaner_module
+from kstore.cleaner import Cleaner, LogCleaner, filter_records
+from kstore.errors import KStoreError
+from kstore.grading import live
+from kstore.offset_map import SkimpyOffsetMap, map_keys
+from kstore.records import NO_SEQUENCE, RECORDS_OFFSET, Record, RecordBatch, build_batch
+
+CI = os.environ.get("CI") == "true"
+EXAMPLES = int(os.environ.get("KSTORE_HYPOTHESIS_EXAMPLES", "60"))
+SETTINGS = settings(deadline=None, max_examples=EXAMPLES * 2, derandomize=CI,
+                    database=None if CI else settings.default.database,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+if native.codec is None:  # pragma: no cover - CI builds it (make test installs with pip -e)
+    if os.environ.get("KSTORE_PURE_PYTHON", "").strip() not in ("", "0"):
+        pytest.skip("KSTORE_PURE_PYTHON is set: the native codec is not loaded",
+                    allow_module_level=True)
+    MISSING = (f"the native codec is not built ({native.description}); add a C compiler and "
+               f"Python's headers, then: apt-get install gcc python3-dev && .venv/bin/pip install -e .")
+    if CI:
+        pytest.fail(MISSING, pytrace=False)
+    pytest.skip(MISSING, allow_module_level=True)
+
+C = native.codec
+T = 1_700_000_000_000
+
+keys = st.none() | st.sampled_from([b"", b"a", b"b", b"key-000001", b"x" * 70]) | st.binary(max_size=130)
+values = st.none() | st.binary(max_size=40)
+a_record = st.builds(Record, key=keys, value=values, timestamp=st.integers(T, T + 1000),
+                     headers=st.lists(st.tuples(st.text(max_size=4), values), max_size=2).map(tuple))
+
+
+def section(recs, base_offset):
+    batch = RecordBatch(build_batch(recs, base_offset=base_offset))
+    return bytes(batch.buffer[RECORDS_OFFSET:])
+
+
+def outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except (KStoreError, ValueError, TypeError) as e:
+        return ("error", type(e).__name__, str(e))
+
+
+@st.composite
+def offset_maps(draw, base_offset):
+    """A map holding some keys (the ones records use and others) at offsets around the batch."""
+    entries = {}
+    for key in draw(st.lists(keys.filter(lambda k: k is not None), max_size=8)):
+        entries[hashlib.md5(key).digest()] = draw(st.integers(0, base_offset + 40))
+    return entries
+
+
+def damage(draw, data: bytes) -> bytes:
+    data = bytearray(data)
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["truncate", "set", "insert", "delete"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "truncate":
+            del data[at:]
+        elif kind == "set" and data:
+            data[at] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, 0xFE, 0x02]))
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+        elif data:
+            del data[at]
+    return bytes(data)
+
+
+@st.composite
+def batches(draw, damaged=False):
+    recs = draw(st.lists(a_record, min_size=1, max_size=12))
+    base_offset = draw(st.integers(0, 50) | st.just((1 << 62)))
+    data = section(recs, base_offset)
+    count = len(recs)
+    if damaged:
+        data = damage(draw, data)
+        count = max(0, count + draw(st.sampled_from([0, 0, -1, 1, 1000])))
+    return data, base_offset, count
+
+
+# ------------------------------------------------------------------------------ map_keys
+def compare_map_keys(data, base_offset, count, start, entries, max_entries):
+    ref_entries, nat_entries = dict(entries), dict(entries)
+    expected = outcome(map_keys, data, base_offset, count, start, ref_entries, max_entries)
+    got = C.map_keys(data, base_offset, count, start, nat_entries, max_entries)
+    if expected[0] == "ok":
+        assert got == expected[1]
+        assert nat_entries == ref_entries
+    else:
+        assert got is None, expected
+        assert nat_entries == entries          # nothing put before the reference raises
+
+
+@SETTINGS
+@given(st.data(), batches(), st.integers(0, 60), st.integers(0, 12))
+def test_map_keys_same_result_and_map(data, batch, start, max_entries):
+    raw, base_offset, count = batch
+    entries = data.draw(offset_maps(base_offset))
+    compare_map_keys(raw, base_offset, count, start, entries, len(entries) + max_entries)
+    compare_map_keys(memoryview(bytearray(raw)), base_offset, count, start, entries, 1 << 40)
+
+
+@SETTINGS
+@given(st.data(), batches(damaged=True))
+@example(data=None, batch=(b"", 0, 1))
+@example(data=None, batch=(b"\xff\xff\xff\xff\xff\x01", 0, 1))
+def test_map_keys_damaged_records_defer_to_the_reference(data, batch):
+    raw, base_offset, count = batch
+    entries = data.draw(offset_maps(base_offset)) if data is not None else {}
+    compare_map_keys(raw, base_offset, count, 0, entries, 100)
+
+
+# ------------------------------------------------------------------------------ filter_records
+def compare_filter(data, base_offset, count, entries, map_latest, horizon, now):
+    decoded = outcome(records.decode_records, data, base_offset, 0, None, NO_SEQUENCE, count)
+    got = C.filter_records(data, base_offset, count, dict(entries), map_latest, horizon, now)
+    if decoded[0] == "ok":
+        assert got == filter_records(decoded[1], entries, map_latest, horizon, now)
+    else:
+        assert got is None, decoded
+
+
+@SETTINGS
+@given(st.data(), batches(), st.integers(-1, 70), st.none() | st.integers(T - 5, T + 5),
+       st.integers(T - 5, T + 5))
+def test_filter_records_keeps_what_the_reference_keeps(data, batch, map_latest, horizon, now):
+    raw, base_offset, count = batch
+    entries = data.draw(offset_maps(base_offset))
+    compare_filter(raw, base_offset, count, entries, map_latest, horizon, now)
+
+
+@SETTINGS
+@given(st.data(), batches(damaged=True), st.none() | st.just(T))
+def test_filter_records_damaged_records_defer_to_the_reference(data, batch, horizon):
+    raw, base_offset, count = batch
+    compare_filter(raw, base_offset, count, data.draw(offset_maps(base_offset)), 100, horizon, T)
+
+
+@SETTINGS
+@given(st.binary(max_size=80), st.integers(0, 5))
+def test_random_bytes(raw, count):
+    compare_map_keys(raw, 0, count, 0, {}, 10)
+    compare_filter(raw, 0, count, {}, 10, None, T)
+
+
+def test_md5_is_hashlibs():
+    for n in list(range(0, 140)) + [1000, 4096]:
+        data = os.urandom(n)
+        assert C.md5(data) == hashlib.md5(data).digest() == SkimpyOffsetMap.hash_key(data)
+
+
+# ------------------------------------------------------------------------------ whole cleanings
+def _compacted_log(directory, clock) -> Log:
+    """Keys overwritten in part of a batch (re-encoded), whole batches superseded (dropped), whole
+    batches kept (copied), tombstones, records without a key (written while the topic is `delete`:
+    a compacted topic refuses them) and headers."""
+    config = {"segment.bytes": 4096, "delete.retention.ms": 1000}
+    log = Log.open(str(directory / "t-0"), {**config, "cleanup.policy": "delete"}, clock)
+    i = 0
+    for round_ in range(6):
+        for n in (1, 5, 30):
+            recs = []
+            for _ in range(n):
+                key = None if i % 97 == 13 else b"k%d" % ((i * 7) % (11 + round_ * 3))
+                value = None if i % 11 == 5 else b"v%d" % i
+                recs.append(Record(key, value, T + i, (("h", b"%d" % i),) if i % 3 == 0 else ()))
+                i += 1
+            log.append_as_leader(build_batch(recs))
+    log.close()
+    log = Log.open(str(directory / "t-0"), {**config, "cleanup.policy": "compact"}, clock)
+    log.roll()
+    return log
+
+
+def _clean_twice(directory, clock) -> tuple[list[bytes], list]:
+    log = _compacted_log(directory, clock)
+    cleaner = LogCleaner(str(directory), clock)
+    stats = [cleaner.clean_log(log).stats]
+    clock.advance(2000)            # past the tombstones' delete horizon
+    log.append_as_leader(build_batch([Record(b"late", b"v", T + 5000)]))
+    log.roll()
+    stats.append(cleaner.clean_log(log).stats)
+    files = [open(s.log.path, "rb").read() for s in log.segments]
+    log.close()
+    return files, stats
+
+
+def test_native_and_pure_cleanings_write_the_same_bytes(tmp_path):
+    native_files, native_stats = _clean_twice(tmp_path / "native", ManualClock(T + 10_000))
+    with native.pure_python():
+        pure_files, pure_stats = _clean_twice(tmp_path / "pure", ManualClock(T + 10_000))
+    assert native_files == pure_files
+    assert [s.__dict__ for s in native_stats] == [s.__dict__ for s in pure_stats]
+    first = native_stats[0]
+    assert first.records_written < first.records_read and first.tombstones_marked > 0
+    assert native_stats[1].tombstones_dropped > 0 and first.invalid_records > 0
+
+
+def test_a_plugged_in_should_retain_record_is_what_the_cleaner_calls(tmp_path):
+    calls = []
+
+    def learner_keeps_everything(record, horizon, latest, map_latest, now):
+        calls.append(record.offset)
+        return True
+
+    clock = ManualClock(T + 10_000)
+    log = _compacted_log(tmp_path, clock)
+    before = log.records()
+    with live.plug(live.compaction(should_retain_record=learner_keeps_everything)):
+        assert cleaner_module.should_retain_record is learner_keeps_everything
+        LogCleaner(str(tmp_path), clock).clean_log(log)
+    assert len(calls) == len(before)
+    assert [(r.offset, r.key, r.value) for r in log.records()] == \
+        [(r.offset, r.key, r.value) for r in before]     # the learner's rule kept every record
+    log.close()
+
+
+def test_a_malformed_batch_raises_the_references_error_on_both_paths(tmp_path):
+    good = build_batch([Record(b"k%d" % i, b"v", T) for i in range(5)])
+    bad = RecordBatch(good[:70] + b"\xff" + good[71:])    # a broken key length inside a record
+    errors = []
+    for context in (native.pure_python, lambda: live.plug()):
+        with context():
+            m = SkimpyOffsetMap(slots=100)
+            with pytest.raises(KStoreError) as e1:
+                m.put_batch(bad, 0)
+            cleaner = Cleaner(m, ManualClock(T))
+            with pytest.raises(KStoreError) as e2:
+                cleaner._retained(bad, None, T)
+            errors.append((type(e1.value), str(e1.value), type(e2.value), str(e2.value)))
+            assert m.size == 0
+    assert errors[0] == errors[1]

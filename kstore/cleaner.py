@@ -28,9 +28,10 @@ rather than in dedicated cleaner threads.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .clock import Clock
@@ -38,8 +39,10 @@ from .errors import KStoreError
 from .index import INT32_MAX
 from .log import Log
 from .offset_map import SkimpyOffsetMap
-from .records import (NO_PRODUCER_ID, ControlRecordType, Record, RecordBatch, build_batch,
-                      build_empty_batch, native_codec)
+from .file_records import FileRecords
+from .records import (LENGTH_OFFSET, LOG_OVERHEAD, MIN_BATCH_LENGTH_FIELD, NO_PRODUCER_ID,
+                      ControlRecordType, Record, RecordBatch, build_batch, build_empty_batch,
+                      native_codec)
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
@@ -59,6 +62,34 @@ def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, 
     for t in log.collect_aborted_transactions(start, end):
         ranges.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
     return ranges
+
+
+def read_batches(file: FileRecords, position: int = 0) -> Iterator[RecordBatch]:
+    """A segment's batches from `position`, read a buffer at a time (Kafka's cleaner fills its
+    read buffer, log.cleaner.io.buffer.size, and grows it for a batch that does not fit) instead
+    of two reads per batch. Where the buffer ends in a partial batch at the end of the file, or
+    holds an impossible length, the file's own iterator takes over: it stops or raises as ever."""
+    size = READ_CHUNK_BYTES
+    while True:
+        chunk = memoryview(file.read(position, min(size, max(file.size_in_bytes() - position, 0))))
+        pos, end, length = 0, len(chunk), 0
+        while end - pos >= LOG_OVERHEAD:
+            (length,) = _LENGTH.unpack_from(chunk, pos + LENGTH_OFFSET)
+            if length < MIN_BATCH_LENGTH_FIELD or LOG_OVERHEAD + length > end - pos:
+                break
+            yield RecordBatch(chunk[pos:pos + LOG_OVERHEAD + length], position + pos)
+            pos += LOG_OVERHEAD + length
+        if pos == 0:
+            if end < size or length < MIN_BATCH_LENGTH_FIELD:
+                yield from file.batches(position)
+                return
+            size = LOG_OVERHEAD + length   # one batch larger than the buffer: grow it
+            continue
+        position += pos
+        size = READ_CHUNK_BYTES
+
+
+_LENGTH = struct.Struct(">i")
 
 
 def in_aborted(batch: RecordBatch, ranges: dict[int, list[tuple[int, int]]]) -> bool:
@@ -283,7 +314,7 @@ class Cleaner:
                      stats: CleanerStats) -> bool:
         m = self.offset_map
         position = segment.offset_index.lookup(start).position
-        for batch in segment.log.batches(position):
+        for batch in read_batches(segment.log, position):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
@@ -370,7 +401,7 @@ class Cleaner:
                 chunk, chunk_size = [], 0
                 chunk_info[:] = [-1, -1, -1]
 
-        for batch in source.log.batches():
+        for batch in read_batches(source.log):
             stats.bytes_read += batch.size_in_bytes
             out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
             if out is None:

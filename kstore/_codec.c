@@ -648,6 +648,7 @@ done:
 static PyObject *codec_map_keys(PyObject *self, PyObject *args);
 static PyObject *codec_filter_records(PyObject *self, PyObject *args);
 static PyObject *codec_md5(PyObject *self, PyObject *args);
+static PyObject *codec_offset_table(PyObject *self, PyObject *noargs);
 
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
@@ -672,6 +673,8 @@ static PyMethodDef codec_methods[] = {
      "batch_delete_horizon, now) -> (kept indexes, invalid, tombstones dropped, tombstones kept) "
      "or None.\nMirrors kstore.cleaner.filter_records; None where the reference raises."},
     {"md5", codec_md5, METH_VARARGS, "md5(data) -> the 16-byte MD5 digest (SkimpyOffsetMap.hash_key)."},
+    {"offset_table", codec_offset_table, METH_NOARGS,
+     "offset_table() -> an empty OffsetTable (SkimpyOffsetMap.entries where the native codec runs)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -904,12 +907,242 @@ key_spans(Py_buffer *data, long long base_offset, long long count, KeySpan **spa
     return walk_key_spans((const uint8_t *)data->buf, data->len, base_offset, count, *spans);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* OffsetTable: the offset map's entries as Kafka's SkimpyOffsetMap holds them                */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * An open-addressing table of 24-byte entries (16-byte MD5 digest + int64 offset), probed linearly
+ * from the digest's first 8 bytes, as Kafka's SkimpyOffsetMap lays out its buffer. Unlike Kafka's
+ * it starts small and doubles (kstore counts entries against the dedupe budget in Python). It
+ * stands in for the dict of SkimpyOffsetMap.entries where the native codec runs: the same mapping
+ * (digest bytes -> int offset: len, [], get, clear, items), without a Python object per entry, so
+ * map_keys and filter_records read and write it in place.
+ */
+typedef struct {
+    uint8_t digest[16];
+    int64_t offset;
+} TableEntry;
+
+typedef struct {
+    PyObject_HEAD
+    TableEntry *entries;
+    uint8_t *used;
+    Py_ssize_t capacity, size;
+} OffsetTable;
+
+static PyTypeObject OffsetTableType;
+
+static inline size_t
+table_slot(const OffsetTable *t, const uint8_t digest[16])
+{
+    uint64_t h;
+    memcpy(&h, digest, 8);
+    return (size_t)(h & (uint64_t)(t->capacity - 1));
+}
+
+/* The slot holding `digest`, or the empty slot where it would go. */
+static inline size_t
+table_find(const OffsetTable *t, const uint8_t digest[16])
+{
+    size_t mask = (size_t)t->capacity - 1, i = table_slot(t, digest);
+    while (t->used[i] && memcmp(t->entries[i].digest, digest, 16) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static int
+table_resize(OffsetTable *t, Py_ssize_t capacity)
+{
+    TableEntry *old_entries = t->entries;
+    uint8_t *old_used = t->used;
+    Py_ssize_t old_capacity = t->capacity;
+    t->entries = PyMem_Calloc((size_t)capacity, sizeof(TableEntry));
+    t->used = PyMem_Calloc((size_t)capacity, 1);
+    if (t->entries == NULL || t->used == NULL) {
+        PyMem_Free(t->entries);
+        PyMem_Free(t->used);
+        t->entries = old_entries;
+        t->used = old_used;
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->capacity = capacity;
+    for (Py_ssize_t i = 0; i < old_capacity; i++) {
+        if (old_used[i]) {
+            size_t j = table_find(t, old_entries[i].digest);
+            t->entries[j] = old_entries[i];
+            t->used[j] = 1;
+        }
+    }
+    PyMem_Free(old_entries);
+    PyMem_Free(old_used);
+    return 0;
+}
+
+static int
+table_put(OffsetTable *t, const uint8_t digest[16], int64_t offset)
+{
+    if ((t->size + 1) * 2 > t->capacity && table_resize(t, t->capacity * 2) < 0)
+        return -1;
+    size_t i = table_find(t, digest);
+    if (!t->used[i]) {
+        memcpy(t->entries[i].digest, digest, 16);
+        t->used[i] = 1;
+        t->size++;
+    }
+    t->entries[i].offset = offset;
+    return 0;
+}
+
+/* The offset of `digest`, or -1 when absent (SkimpyOffsetMap.get). */
+static inline int64_t
+table_get(const OffsetTable *t, const uint8_t digest[16])
+{
+    size_t i = table_find(t, digest);
+    return t->used[i] ? t->entries[i].offset : -1;
+}
+
+#define TABLE_INITIAL_CAPACITY 64
+
+static PyObject *
+codec_offset_table(PyObject *self, PyObject *noargs)
+{
+    if (!(OffsetTableType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&OffsetTableType) < 0)
+        return NULL;
+    OffsetTable *t = PyObject_New(OffsetTable, &OffsetTableType);
+    if (t == NULL)
+        return NULL;
+    t->entries = NULL;
+    t->used = NULL;
+    t->capacity = t->size = 0;
+    if (table_resize(t, TABLE_INITIAL_CAPACITY) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyObject *)t;
+}
+
+static void
+table_dealloc(OffsetTable *t)
+{
+    PyMem_Free(t->entries);
+    PyMem_Free(t->used);
+    PyObject_Free(t);
+}
+
+/* A 16-byte digest key (1), or -1 with the TypeError a non-digest key gets. */
+static int
+table_key(PyObject *key, uint8_t digest[16])
+{
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        PyErr_SetString(PyExc_TypeError, "an offset table key is a 16-byte MD5 digest (bytes)");
+        return -1;
+    }
+    memcpy(digest, PyBytes_AS_STRING(key), 16);
+    return 1;
+}
+
+static Py_ssize_t
+table_len(OffsetTable *t)
+{
+    return t->size;
+}
+
+static PyObject *
+table_subscript(OffsetTable *t, PyObject *key)
+{
+    uint8_t digest[16];
+    if (table_key(key, digest) < 0)
+        return NULL;
+    size_t i = table_find(t, digest);
+    if (!t->used[i]) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    return PyLong_FromLongLong(t->entries[i].offset);
+}
+
+static int
+table_ass_subscript(OffsetTable *t, PyObject *key, PyObject *value)
+{
+    uint8_t digest[16];
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "offset table entries are never deleted (clear() empties it)");
+        return -1;
+    }
+    if (table_key(key, digest) < 0)
+        return -1;
+    long long offset = PyLong_AsLongLong(value);
+    if (offset == -1 && PyErr_Occurred())
+        return -1;
+    return table_put(t, digest, offset);
+}
+
+static PyObject *
+table_get_method(OffsetTable *t, PyObject *args)
+{
+    PyObject *key, *missing = Py_None;
+    uint8_t digest[16];
+    if (!PyArg_ParseTuple(args, "O|O:get", &key, &missing) || table_key(key, digest) < 0)
+        return NULL;
+    size_t i = table_find(t, digest);
+    return t->used[i] ? PyLong_FromLongLong(t->entries[i].offset) : Py_NewRef(missing);
+}
+
+static PyObject *
+table_clear(OffsetTable *t, PyObject *noargs)
+{
+    memset(t->used, 0, (size_t)t->capacity);
+    t->size = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+table_items(OffsetTable *t, PyObject *noargs)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < t->capacity; i++) {
+        if (!t->used[i])
+            continue;
+        PyObject *pair = Py_BuildValue("(y#L)", (const char *)t->entries[i].digest, (Py_ssize_t)16,
+                                       (long long)t->entries[i].offset);
+        if (pair == NULL || PyList_Append(out, pair) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    return out;
+}
+
+static PyMappingMethods table_as_mapping = {
+    (lenfunc)table_len, (binaryfunc)table_subscript, (objobjargproc)table_ass_subscript,
+};
+
+static PyMethodDef table_methods[] = {
+    {"get", (PyCFunction)table_get_method, METH_VARARGS, "get(digest, default=None) -> offset"},
+    {"clear", (PyCFunction)table_clear, METH_NOARGS, "Remove every entry."},
+    {"items", (PyCFunction)table_items, METH_NOARGS, "[(digest, offset), ...] in table order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject OffsetTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kstore._codec.OffsetTable",
+    .tp_basicsize = sizeof(OffsetTable),
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_as_mapping = &table_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The offset map's entries: MD5 digest of a key -> latest offset (see offset_map.py).",
+    .tp_methods = table_methods,
+};
+
 /* The latest offset of a key in the map, or -1 (SkimpyOffsetMap.get); -2 on a Python error. */
 static int64_t
 map_get(PyObject *entries, const KeySpan *s)
 {
     uint8_t digest[16];
     md5_digest(s->key, s->key_len, digest);
+    if (Py_IS_TYPE(entries, &OffsetTableType))
+        return table_get((OffsetTable *)entries, digest);
     PyObject *k = PyBytes_FromStringAndSize((const char *)digest, 16);
     if (k == NULL)
         return -2;
@@ -928,9 +1161,14 @@ codec_map_keys(PyObject *self, PyObject *args)
     long long base_offset, count, start, max_entries;
     PyObject *entries, *result = NULL;
     KeySpan *spans = NULL;
-    if (!PyArg_ParseTuple(args, "y*LLLO!L:map_keys", &data, &base_offset, &count, &start,
-                          &PyDict_Type, &entries, &max_entries))
+    if (!PyArg_ParseTuple(args, "y*LLLOL:map_keys", &data, &base_offset, &count, &start,
+                          &entries, &max_entries))
         return NULL;
+    int is_table = Py_IS_TYPE(entries, &OffsetTableType);
+    if (!is_table && !PyDict_CheckExact(entries)) {
+        result = Py_NewRef(Py_None);                 /* another mapping: the reference's call */
+        goto done;
+    }
     int r = key_spans(&data, base_offset, count, &spans);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_NewRef(Py_None);
@@ -941,12 +1179,20 @@ codec_map_keys(PyObject *self, PyObject *args)
     for (long long i = 0; i < count; i++) {
         const KeySpan *s = &spans[i];
         if (s->key != NULL && s->offset >= start) {
-            if (PyDict_GET_SIZE(entries) >= max_entries) {
+            Py_ssize_t size = is_table ? ((OffsetTable *)entries)->size : PyDict_GET_SIZE(entries);
+            if (size >= max_entries) {
                 full = 1;
                 break;
             }
             uint8_t digest[16];
             md5_digest(s->key, s->key_len, digest);
+            if (is_table) {
+                if (table_put((OffsetTable *)entries, digest, s->offset) < 0)
+                    goto done;
+                latest = s->offset;
+                read++;
+                continue;
+            }
             PyObject *k = PyBytes_FromStringAndSize((const char *)digest, 16);
             PyObject *v = PyLong_FromLongLong(s->offset);
             int bad = k == NULL || v == NULL || PyDict_SetItem(entries, k, v) < 0;
@@ -972,9 +1218,13 @@ codec_filter_records(PyObject *self, PyObject *args)
     long long base_offset, count, map_latest, now, horizon = 0;
     PyObject *entries, *horizon_obj, *result = NULL, *kept = NULL;
     KeySpan *spans = NULL;
-    if (!PyArg_ParseTuple(args, "y*LLO!LOL:filter_records", &data, &base_offset, &count,
-                          &PyDict_Type, &entries, &map_latest, &horizon_obj, &now))
+    if (!PyArg_ParseTuple(args, "y*LLOLOL:filter_records", &data, &base_offset, &count,
+                          &entries, &map_latest, &horizon_obj, &now))
         return NULL;
+    if (!Py_IS_TYPE(entries, &OffsetTableType) && !PyDict_CheckExact(entries)) {
+        result = Py_NewRef(Py_None);                 /* another mapping: the reference's call */
+        goto done;
+    }
     int has_horizon = horizon_obj != Py_None;
     if (has_horizon) {
         horizon = PyLong_AsLongLong(horizon_obj);
@@ -1030,3 +1280,4 @@ done:
     PyBuffer_Release(&data);
     return result;
 }
+

@@ -4,7 +4,8 @@ Mirrors Kafka's `SkimpyOffsetMap`: each entry is an MD5 of the key (16 bytes) pl
 24 bytes in all, so a budget of `memory` bytes has `memory // 24` slots. The cleaner stops filling
 the map at `slots × load_factor` entries and cleans only as far as it got (a partial round); the
 next round continues from there. kstore keeps the entries in a dict keyed by the MD5 digest (the same
-collision behaviour as Kafka's open-addressing table) and counts them against the same budget.
+collision behaviour as Kafka's open-addressing table) and counts them against the same budget; where
+the native codec runs, the dict is its `OffsetTable`, Kafka's layout of 24-byte entries.
 
 `map_keys` is the cleaner's inner loop over one batch (Kafka's `Cleaner.buildOffsetMapForSegment`);
 the native codec (kstore/_codec.c) runs the same loop in C when it may (see `put_batch`).
@@ -26,7 +27,10 @@ class SkimpyOffsetMap:
         if self.slots < 1:
             raise ValueError(f"offset map memory {memory} bytes holds no 24-byte entry")
         self.load_factor = load_factor
-        self._map: dict[bytes, int] = {}
+        codec = records.native_codec()
+        # The native codec keeps the entries as Kafka does, 24 bytes each in one table (no Python
+        # object per entry); it is the same mapping as this dict, which is the reference.
+        self._map: dict[bytes, int] = codec.offset_table() if codec is not None else {}
         self.latest_offset = -1
         self.lookups = 0
 

@@ -101,16 +101,25 @@ def batches(draw, damaged=False):
 
 
 # ------------------------------------------------------------------------------ map_keys
+def table_of(entries: dict):
+    table = C.offset_table()
+    for digest, offset in entries.items():
+        table[digest] = offset
+    return table
+
+
 def compare_map_keys(data, base_offset, count, start, entries, max_entries):
-    ref_entries, nat_entries = dict(entries), dict(entries)
+    """The reference on a dict; the native function on a dict and on its OffsetTable."""
+    ref_entries = dict(entries)
     expected = outcome(map_keys, data, base_offset, count, start, ref_entries, max_entries)
-    got = C.map_keys(data, base_offset, count, start, nat_entries, max_entries)
-    if expected[0] == "ok":
-        assert got == expected[1]
-        assert nat_entries == ref_entries
-    else:
-        assert got is None, expected
-        assert nat_entries == entries          # nothing put before the reference raises
+    for nat_entries in (dict(entries), table_of(entries)):
+        got = C.map_keys(data, base_offset, count, start, nat_entries, max_entries)
+        if expected[0] == "ok":
+            assert got == expected[1]
+            assert dict(nat_entries.items()) == ref_entries
+        else:
+            assert got is None, expected
+            assert dict(nat_entries.items()) == entries   # nothing put before the reference raises
 
 
 @SETTINGS
@@ -135,11 +144,12 @@ def test_map_keys_damaged_records_defer_to_the_reference(data, batch):
 # ------------------------------------------------------------------------------ filter_records
 def compare_filter(data, base_offset, count, entries, map_latest, horizon, now):
     decoded = outcome(records.decode_records, data, base_offset, 0, None, NO_SEQUENCE, count)
-    got = C.filter_records(data, base_offset, count, dict(entries), map_latest, horizon, now)
-    if decoded[0] == "ok":
-        assert got == filter_records(decoded[1], entries, map_latest, horizon, now)
-    else:
-        assert got is None, decoded
+    for nat_entries in (dict(entries), table_of(entries)):
+        got = C.filter_records(data, base_offset, count, nat_entries, map_latest, horizon, now)
+        if decoded[0] == "ok":
+            assert got == filter_records(decoded[1], entries, map_latest, horizon, now)
+        else:
+            assert got is None, decoded
 
 
 @SETTINGS
@@ -163,6 +173,33 @@ def test_filter_records_damaged_records_defer_to_the_reference(data, batch, hori
 def test_random_bytes(raw, count):
     compare_map_keys(raw, 0, count, 0, {}, 10)
     compare_filter(raw, 0, count, {}, 10, None, T)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.binary(min_size=16, max_size=16) | st.sampled_from([b"\0" * 16, b"\1" * 16]),
+                          st.integers(-(1 << 63), (1 << 63) - 1)), max_size=300))
+def test_offset_table_is_the_same_mapping_as_a_dict(puts):
+    table, reference = C.offset_table(), {}
+    for digest, offset in puts:                     # grows past its first 64 slots
+        table[digest] = offset
+        reference[digest] = offset
+        assert len(table) == len(reference)
+    assert sorted(table.items()) == sorted(reference.items())
+    for digest, _ in puts[:20]:
+        assert table[digest] == reference[digest] == table.get(digest, -1)
+    assert table.get(b"\2" * 16, -1) == reference.get(b"\2" * 16, -1)
+    with pytest.raises(KeyError):
+        table[b"\2" * 16]
+    with pytest.raises(TypeError, match="16-byte MD5 digest"):
+        table[b"short"] = 1
+    table.clear()
+    assert len(table) == 0 and table.items() == []
+
+
+def test_the_offset_map_uses_the_table_natively_and_a_dict_in_pure_python():
+    assert type(SkimpyOffsetMap(slots=10).entries).__name__ == "OffsetTable"
+    with native.pure_python():
+        assert type(SkimpyOffsetMap(slots=10).entries) is dict
 
 
 def test_md5_is_hashlibs():

@@ -289,6 +289,7 @@ class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
     _aborted: dict = {}
+    _codec = None            # the native codec for the segment being cleaned (None: the reference)
     _txn_data: dict = {}     # producer id -> its current transaction still has records kept
 
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
@@ -313,13 +314,14 @@ class Cleaner:
     def _map_segment(self, segment: LogSegment, start: int, next_segment_start: int,
                      stats: CleanerStats) -> bool:
         m = self.offset_map
+        codec = native_codec()      # asked once per segment, not per batch
         position = segment.offset_index.lookup(start).position
         for batch in read_batches(segment.log, position):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
                 # Keys and offsets only (offset_map.map_keys): no Record objects are built.
-                read, full = m.put_batch(batch, start)
+                read, full = m.put_batch(batch, start, codec)
                 stats.map_records_read += read
                 if full:
                     stats.map_entries = m.size
@@ -391,6 +393,7 @@ class Cleaner:
         chunk: list[bytes] = []
         chunk_info = [-1, -1, -1]   # max offset, max timestamp, shallow offset of max timestamp
         chunk_size = 0
+        self._codec = native_codec()   # asked once per segment, not per batch
 
         def flush_chunk() -> None:
             nonlocal chunk, chunk_size
@@ -492,7 +495,7 @@ class Cleaner:
         """`filter_records` for one data batch, plus its decoded records (None where the native
         codec ran: it walks the records in place and builds no Record objects)."""
         m = self.offset_map
-        codec = native_codec()
+        codec = self._codec
         if codec is not None and should_retain_record is _REFERENCE_RETAIN and \
                 type(m) is SkimpyOffsetMap:
             batch._check_v2()

@@ -18,6 +18,7 @@ import hashlib
 from . import records
 
 ENTRY_SIZE = 24  # 16-byte MD5 + 8-byte offset
+_ASK = object()
 
 
 class SkimpyOffsetMap:
@@ -57,13 +58,15 @@ class SkimpyOffsetMap:
         """The map itself: MD5 digest of a key -> the latest offset of that key."""
         return self._map
 
-    def put_batch(self, batch: records.RecordBatch, start: int) -> tuple[int, bool]:
+    def put_batch(self, batch: records.RecordBatch, start: int, codec=_ASK) -> tuple[int, bool]:
         """Put the keys of one batch's records at or above `start`, stopping when the map is full;
-        return (records read, whether the map filled up). The records are walked once, keys only."""
+        return (records read, whether the map filled up). The records are walked once, keys only.
+        `codec`: what `records.native_codec()` answered for this pass (asked here if not given)."""
         batch._check_v2()   # magic 2 and a count >= 0, as RecordBatch.keys_and_offsets checks
         args = (batch.records_view(), batch.base_offset, batch.records_count, start, self._map,
                 self.max_desired_size)
-        codec = records.native_codec()
+        if codec is _ASK:
+            codec = records.native_codec()
         out = None
         if codec is not None and type(self) is SkimpyOffsetMap and self.hash_key is _MD5:
             out = codec.map_keys(*args)

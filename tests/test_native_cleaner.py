@@ -110,8 +110,11 @@ def table_of(entries: dict):
 
 def compare_map_keys(data, base_offset, count, start, entries, max_entries):
     """The reference on a dict; the native function on a dict and on its OffsetTable."""
-    ref_entries = dict(entries)
+    ref_entries, ref_table = dict(entries), table_of(entries)
     expected = outcome(map_keys, data, base_offset, count, start, ref_entries, max_entries)
+    # the reference runs on the native table too (a map made natively, cleaned in pure Python)
+    assert outcome(map_keys, data, base_offset, count, start, ref_table, max_entries) == expected
+    assert dict(ref_table.items()) == ref_entries
     for nat_entries in (dict(entries), table_of(entries)):
         got = C.map_keys(data, base_offset, count, start, nat_entries, max_entries)
         if expected[0] == "ok":
@@ -147,7 +150,8 @@ def compare_filter(data, base_offset, count, entries, map_latest, horizon, now):
     for nat_entries in (dict(entries), table_of(entries)):
         got = C.filter_records(data, base_offset, count, nat_entries, map_latest, horizon, now)
         if decoded[0] == "ok":
-            assert got == filter_records(decoded[1], entries, map_latest, horizon, now)
+            assert got == filter_records(decoded[1], entries, map_latest, horizon, now) == \
+                filter_records(decoded[1], table_of(entries), map_latest, horizon, now)
         else:
             assert got is None, decoded
 
@@ -200,6 +204,15 @@ def test_the_offset_map_uses_the_table_natively_and_a_dict_in_pure_python():
     assert type(SkimpyOffsetMap(slots=10).entries).__name__ == "OffsetTable"
     with native.pure_python():
         assert type(SkimpyOffsetMap(slots=10).entries) is dict
+
+
+def test_keys_hashed_eight_at_a_time_match_hashlib():
+    """map_keys hashes a batch's keys in 8 lanes when they fit one MD5 block (≤ 55 bytes), one by
+    one otherwise: every length across that boundary, in groups that leave lanes idle."""
+    recs = [Record(os.urandom(n), b"v", T) for n in range(0, 71)]
+    table = C.offset_table()
+    assert C.map_keys(section(recs, 0), 0, len(recs), 0, table, 1000) == (71, False, 70)
+    assert dict(table.items()) == {hashlib.md5(r.key).digest(): i for i, r in enumerate(recs)}
 
 
 def test_md5_is_hashlibs():

@@ -825,20 +825,25 @@ typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
 static void
 md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES])
 {
-    uint8_t blocks[MD5_LANES][64];
+    uint32_t words[MD5_LANES][16];               /* each lane's padded block as 16 words */
     md5_vec w[16];
     for (int l = 0; l < MD5_LANES; l++) {
-        memset(blocks[l], 0, 64);
-        memcpy(blocks[l], keys[l], (size_t)lens[l]);
-        blocks[l][lens[l]] = 0x80;
+        uint8_t *block = (uint8_t *)words[l];
+        memset(block, 0, 64);
+        memcpy(block, keys[l], (size_t)lens[l]);
+        block[lens[l]] = 0x80;
         uint64_t bits = (uint64_t)lens[l] * 8;
         for (int i = 0; i < 8; i++)
-            blocks[l][56 + i] = (uint8_t)(bits >> (8 * i));
+            block[56 + i] = (uint8_t)(bits >> (8 * i));
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+        for (int i = 0; i < 16; i++)                 /* MD5 reads little-endian words */
+            words[l][i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
+                          | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+#endif
     }
     for (int i = 0; i < 16; i++)
         for (int l = 0; l < MD5_LANES; l++)
-            w[i][l] = (uint32_t)blocks[l][4 * i] | ((uint32_t)blocks[l][4 * i + 1] << 8)
-                      | ((uint32_t)blocks[l][4 * i + 2] << 16) | ((uint32_t)blocks[l][4 * i + 3] << 24);
+            w[i][l] = words[l][i];
     md5_vec a, b, c, d;
     for (int l = 0; l < MD5_LANES; l++) {
         a[l] = 0x67452301; b[l] = 0xefcdab89; c[l] = 0x98badcfe; d[l] = 0x10325476;

@@ -717,6 +717,74 @@ PyInit__codec(void)
         (a) = (((a) << (s)) | ((a) >> (32 - (s)))) + (b); \
     } while (0)
 
+/* The 64 steps, one per line; a, b, c, d and w[16] are uint32_t (md5_block) or vectors (md5_lanes). */
+#define MD5_64_STEPS(a, b, c, d, w) do { \
+        MD5_STEP(F, a, b, c, d, w[0], 0xd76aa478U, 7); \
+        MD5_STEP(F, d, a, b, c, w[1], 0xe8c7b756U, 12); \
+        MD5_STEP(F, c, d, a, b, w[2], 0x242070dbU, 17); \
+        MD5_STEP(F, b, c, d, a, w[3], 0xc1bdceeeU, 22); \
+        MD5_STEP(F, a, b, c, d, w[4], 0xf57c0fafU, 7); \
+        MD5_STEP(F, d, a, b, c, w[5], 0x4787c62aU, 12); \
+        MD5_STEP(F, c, d, a, b, w[6], 0xa8304613U, 17); \
+        MD5_STEP(F, b, c, d, a, w[7], 0xfd469501U, 22); \
+        MD5_STEP(F, a, b, c, d, w[8], 0x698098d8U, 7); \
+        MD5_STEP(F, d, a, b, c, w[9], 0x8b44f7afU, 12); \
+        MD5_STEP(F, c, d, a, b, w[10], 0xffff5bb1U, 17); \
+        MD5_STEP(F, b, c, d, a, w[11], 0x895cd7beU, 22); \
+        MD5_STEP(F, a, b, c, d, w[12], 0x6b901122U, 7); \
+        MD5_STEP(F, d, a, b, c, w[13], 0xfd987193U, 12); \
+        MD5_STEP(F, c, d, a, b, w[14], 0xa679438eU, 17); \
+        MD5_STEP(F, b, c, d, a, w[15], 0x49b40821U, 22); \
+        MD5_STEP(G, a, b, c, d, w[1], 0xf61e2562U, 5); \
+        MD5_STEP(G, d, a, b, c, w[6], 0xc040b340U, 9); \
+        MD5_STEP(G, c, d, a, b, w[11], 0x265e5a51U, 14); \
+        MD5_STEP(G, b, c, d, a, w[0], 0xe9b6c7aaU, 20); \
+        MD5_STEP(G, a, b, c, d, w[5], 0xd62f105dU, 5); \
+        MD5_STEP(G, d, a, b, c, w[10], 0x02441453U, 9); \
+        MD5_STEP(G, c, d, a, b, w[15], 0xd8a1e681U, 14); \
+        MD5_STEP(G, b, c, d, a, w[4], 0xe7d3fbc8U, 20); \
+        MD5_STEP(G, a, b, c, d, w[9], 0x21e1cde6U, 5); \
+        MD5_STEP(G, d, a, b, c, w[14], 0xc33707d6U, 9); \
+        MD5_STEP(G, c, d, a, b, w[3], 0xf4d50d87U, 14); \
+        MD5_STEP(G, b, c, d, a, w[8], 0x455a14edU, 20); \
+        MD5_STEP(G, a, b, c, d, w[13], 0xa9e3e905U, 5); \
+        MD5_STEP(G, d, a, b, c, w[2], 0xfcefa3f8U, 9); \
+        MD5_STEP(G, c, d, a, b, w[7], 0x676f02d9U, 14); \
+        MD5_STEP(G, b, c, d, a, w[12], 0x8d2a4c8aU, 20); \
+        MD5_STEP(H, a, b, c, d, w[5], 0xfffa3942U, 4); \
+        MD5_STEP(H, d, a, b, c, w[8], 0x8771f681U, 11); \
+        MD5_STEP(H, c, d, a, b, w[11], 0x6d9d6122U, 16); \
+        MD5_STEP(H, b, c, d, a, w[14], 0xfde5380cU, 23); \
+        MD5_STEP(H, a, b, c, d, w[1], 0xa4beea44U, 4); \
+        MD5_STEP(H, d, a, b, c, w[4], 0x4bdecfa9U, 11); \
+        MD5_STEP(H, c, d, a, b, w[7], 0xf6bb4b60U, 16); \
+        MD5_STEP(H, b, c, d, a, w[10], 0xbebfbc70U, 23); \
+        MD5_STEP(H, a, b, c, d, w[13], 0x289b7ec6U, 4); \
+        MD5_STEP(H, d, a, b, c, w[0], 0xeaa127faU, 11); \
+        MD5_STEP(H, c, d, a, b, w[3], 0xd4ef3085U, 16); \
+        MD5_STEP(H, b, c, d, a, w[6], 0x04881d05U, 23); \
+        MD5_STEP(H, a, b, c, d, w[9], 0xd9d4d039U, 4); \
+        MD5_STEP(H, d, a, b, c, w[12], 0xe6db99e5U, 11); \
+        MD5_STEP(H, c, d, a, b, w[15], 0x1fa27cf8U, 16); \
+        MD5_STEP(H, b, c, d, a, w[2], 0xc4ac5665U, 23); \
+        MD5_STEP(I, a, b, c, d, w[0], 0xf4292244U, 6); \
+        MD5_STEP(I, d, a, b, c, w[7], 0x432aff97U, 10); \
+        MD5_STEP(I, c, d, a, b, w[14], 0xab9423a7U, 15); \
+        MD5_STEP(I, b, c, d, a, w[5], 0xfc93a039U, 21); \
+        MD5_STEP(I, a, b, c, d, w[12], 0x655b59c3U, 6); \
+        MD5_STEP(I, d, a, b, c, w[3], 0x8f0ccc92U, 10); \
+        MD5_STEP(I, c, d, a, b, w[10], 0xffeff47dU, 15); \
+        MD5_STEP(I, b, c, d, a, w[1], 0x85845dd1U, 21); \
+        MD5_STEP(I, a, b, c, d, w[8], 0x6fa87e4fU, 6); \
+        MD5_STEP(I, d, a, b, c, w[15], 0xfe2ce6e0U, 10); \
+        MD5_STEP(I, c, d, a, b, w[6], 0xa3014314U, 15); \
+        MD5_STEP(I, b, c, d, a, w[13], 0x4e0811a1U, 21); \
+        MD5_STEP(I, a, b, c, d, w[4], 0xf7537e82U, 6); \
+        MD5_STEP(I, d, a, b, c, w[11], 0xbd3af235U, 10); \
+        MD5_STEP(I, c, d, a, b, w[2], 0x2ad7d2bbU, 15); \
+        MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21); \
+    } while (0)
+
 static void
 md5_block(uint32_t h[4], const uint8_t *block)
 {
@@ -725,70 +793,7 @@ md5_block(uint32_t h[4], const uint8_t *block)
         w[i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
                | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
-    MD5_STEP(F, a, b, c, d, w[0], 0xd76aa478U, 7);
-    MD5_STEP(F, d, a, b, c, w[1], 0xe8c7b756U, 12);
-    MD5_STEP(F, c, d, a, b, w[2], 0x242070dbU, 17);
-    MD5_STEP(F, b, c, d, a, w[3], 0xc1bdceeeU, 22);
-    MD5_STEP(F, a, b, c, d, w[4], 0xf57c0fafU, 7);
-    MD5_STEP(F, d, a, b, c, w[5], 0x4787c62aU, 12);
-    MD5_STEP(F, c, d, a, b, w[6], 0xa8304613U, 17);
-    MD5_STEP(F, b, c, d, a, w[7], 0xfd469501U, 22);
-    MD5_STEP(F, a, b, c, d, w[8], 0x698098d8U, 7);
-    MD5_STEP(F, d, a, b, c, w[9], 0x8b44f7afU, 12);
-    MD5_STEP(F, c, d, a, b, w[10], 0xffff5bb1U, 17);
-    MD5_STEP(F, b, c, d, a, w[11], 0x895cd7beU, 22);
-    MD5_STEP(F, a, b, c, d, w[12], 0x6b901122U, 7);
-    MD5_STEP(F, d, a, b, c, w[13], 0xfd987193U, 12);
-    MD5_STEP(F, c, d, a, b, w[14], 0xa679438eU, 17);
-    MD5_STEP(F, b, c, d, a, w[15], 0x49b40821U, 22);
-    MD5_STEP(G, a, b, c, d, w[1], 0xf61e2562U, 5);
-    MD5_STEP(G, d, a, b, c, w[6], 0xc040b340U, 9);
-    MD5_STEP(G, c, d, a, b, w[11], 0x265e5a51U, 14);
-    MD5_STEP(G, b, c, d, a, w[0], 0xe9b6c7aaU, 20);
-    MD5_STEP(G, a, b, c, d, w[5], 0xd62f105dU, 5);
-    MD5_STEP(G, d, a, b, c, w[10], 0x02441453U, 9);
-    MD5_STEP(G, c, d, a, b, w[15], 0xd8a1e681U, 14);
-    MD5_STEP(G, b, c, d, a, w[4], 0xe7d3fbc8U, 20);
-    MD5_STEP(G, a, b, c, d, w[9], 0x21e1cde6U, 5);
-    MD5_STEP(G, d, a, b, c, w[14], 0xc33707d6U, 9);
-    MD5_STEP(G, c, d, a, b, w[3], 0xf4d50d87U, 14);
-    MD5_STEP(G, b, c, d, a, w[8], 0x455a14edU, 20);
-    MD5_STEP(G, a, b, c, d, w[13], 0xa9e3e905U, 5);
-    MD5_STEP(G, d, a, b, c, w[2], 0xfcefa3f8U, 9);
-    MD5_STEP(G, c, d, a, b, w[7], 0x676f02d9U, 14);
-    MD5_STEP(G, b, c, d, a, w[12], 0x8d2a4c8aU, 20);
-    MD5_STEP(H, a, b, c, d, w[5], 0xfffa3942U, 4);
-    MD5_STEP(H, d, a, b, c, w[8], 0x8771f681U, 11);
-    MD5_STEP(H, c, d, a, b, w[11], 0x6d9d6122U, 16);
-    MD5_STEP(H, b, c, d, a, w[14], 0xfde5380cU, 23);
-    MD5_STEP(H, a, b, c, d, w[1], 0xa4beea44U, 4);
-    MD5_STEP(H, d, a, b, c, w[4], 0x4bdecfa9U, 11);
-    MD5_STEP(H, c, d, a, b, w[7], 0xf6bb4b60U, 16);
-    MD5_STEP(H, b, c, d, a, w[10], 0xbebfbc70U, 23);
-    MD5_STEP(H, a, b, c, d, w[13], 0x289b7ec6U, 4);
-    MD5_STEP(H, d, a, b, c, w[0], 0xeaa127faU, 11);
-    MD5_STEP(H, c, d, a, b, w[3], 0xd4ef3085U, 16);
-    MD5_STEP(H, b, c, d, a, w[6], 0x04881d05U, 23);
-    MD5_STEP(H, a, b, c, d, w[9], 0xd9d4d039U, 4);
-    MD5_STEP(H, d, a, b, c, w[12], 0xe6db99e5U, 11);
-    MD5_STEP(H, c, d, a, b, w[15], 0x1fa27cf8U, 16);
-    MD5_STEP(H, b, c, d, a, w[2], 0xc4ac5665U, 23);
-    MD5_STEP(I, a, b, c, d, w[0], 0xf4292244U, 6);
-    MD5_STEP(I, d, a, b, c, w[7], 0x432aff97U, 10);
-    MD5_STEP(I, c, d, a, b, w[14], 0xab9423a7U, 15);
-    MD5_STEP(I, b, c, d, a, w[5], 0xfc93a039U, 21);
-    MD5_STEP(I, a, b, c, d, w[12], 0x655b59c3U, 6);
-    MD5_STEP(I, d, a, b, c, w[3], 0x8f0ccc92U, 10);
-    MD5_STEP(I, c, d, a, b, w[10], 0xffeff47dU, 15);
-    MD5_STEP(I, b, c, d, a, w[1], 0x85845dd1U, 21);
-    MD5_STEP(I, a, b, c, d, w[8], 0x6fa87e4fU, 6);
-    MD5_STEP(I, d, a, b, c, w[15], 0xfe2ce6e0U, 10);
-    MD5_STEP(I, c, d, a, b, w[6], 0xa3014314U, 15);
-    MD5_STEP(I, b, c, d, a, w[13], 0x4e0811a1U, 21);
-    MD5_STEP(I, a, b, c, d, w[4], 0xf7537e82U, 6);
-    MD5_STEP(I, d, a, b, c, w[11], 0xbd3af235U, 10);
-    MD5_STEP(I, c, d, a, b, w[2], 0x2ad7d2bbU, 15);
-    MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21);
+    MD5_64_STEPS(a, b, c, d, w);
     h[0] += a; h[1] += b; h[2] += c; h[3] += d;
 }
 
@@ -848,70 +853,7 @@ md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint
     for (int l = 0; l < MD5_LANES; l++) {
         a[l] = 0x67452301; b[l] = 0xefcdab89; c[l] = 0x98badcfe; d[l] = 0x10325476;
     }
-    MD5_STEP(F, a, b, c, d, w[0], 0xd76aa478U, 7);
-    MD5_STEP(F, d, a, b, c, w[1], 0xe8c7b756U, 12);
-    MD5_STEP(F, c, d, a, b, w[2], 0x242070dbU, 17);
-    MD5_STEP(F, b, c, d, a, w[3], 0xc1bdceeeU, 22);
-    MD5_STEP(F, a, b, c, d, w[4], 0xf57c0fafU, 7);
-    MD5_STEP(F, d, a, b, c, w[5], 0x4787c62aU, 12);
-    MD5_STEP(F, c, d, a, b, w[6], 0xa8304613U, 17);
-    MD5_STEP(F, b, c, d, a, w[7], 0xfd469501U, 22);
-    MD5_STEP(F, a, b, c, d, w[8], 0x698098d8U, 7);
-    MD5_STEP(F, d, a, b, c, w[9], 0x8b44f7afU, 12);
-    MD5_STEP(F, c, d, a, b, w[10], 0xffff5bb1U, 17);
-    MD5_STEP(F, b, c, d, a, w[11], 0x895cd7beU, 22);
-    MD5_STEP(F, a, b, c, d, w[12], 0x6b901122U, 7);
-    MD5_STEP(F, d, a, b, c, w[13], 0xfd987193U, 12);
-    MD5_STEP(F, c, d, a, b, w[14], 0xa679438eU, 17);
-    MD5_STEP(F, b, c, d, a, w[15], 0x49b40821U, 22);
-    MD5_STEP(G, a, b, c, d, w[1], 0xf61e2562U, 5);
-    MD5_STEP(G, d, a, b, c, w[6], 0xc040b340U, 9);
-    MD5_STEP(G, c, d, a, b, w[11], 0x265e5a51U, 14);
-    MD5_STEP(G, b, c, d, a, w[0], 0xe9b6c7aaU, 20);
-    MD5_STEP(G, a, b, c, d, w[5], 0xd62f105dU, 5);
-    MD5_STEP(G, d, a, b, c, w[10], 0x02441453U, 9);
-    MD5_STEP(G, c, d, a, b, w[15], 0xd8a1e681U, 14);
-    MD5_STEP(G, b, c, d, a, w[4], 0xe7d3fbc8U, 20);
-    MD5_STEP(G, a, b, c, d, w[9], 0x21e1cde6U, 5);
-    MD5_STEP(G, d, a, b, c, w[14], 0xc33707d6U, 9);
-    MD5_STEP(G, c, d, a, b, w[3], 0xf4d50d87U, 14);
-    MD5_STEP(G, b, c, d, a, w[8], 0x455a14edU, 20);
-    MD5_STEP(G, a, b, c, d, w[13], 0xa9e3e905U, 5);
-    MD5_STEP(G, d, a, b, c, w[2], 0xfcefa3f8U, 9);
-    MD5_STEP(G, c, d, a, b, w[7], 0x676f02d9U, 14);
-    MD5_STEP(G, b, c, d, a, w[12], 0x8d2a4c8aU, 20);
-    MD5_STEP(H, a, b, c, d, w[5], 0xfffa3942U, 4);
-    MD5_STEP(H, d, a, b, c, w[8], 0x8771f681U, 11);
-    MD5_STEP(H, c, d, a, b, w[11], 0x6d9d6122U, 16);
-    MD5_STEP(H, b, c, d, a, w[14], 0xfde5380cU, 23);
-    MD5_STEP(H, a, b, c, d, w[1], 0xa4beea44U, 4);
-    MD5_STEP(H, d, a, b, c, w[4], 0x4bdecfa9U, 11);
-    MD5_STEP(H, c, d, a, b, w[7], 0xf6bb4b60U, 16);
-    MD5_STEP(H, b, c, d, a, w[10], 0xbebfbc70U, 23);
-    MD5_STEP(H, a, b, c, d, w[13], 0x289b7ec6U, 4);
-    MD5_STEP(H, d, a, b, c, w[0], 0xeaa127faU, 11);
-    MD5_STEP(H, c, d, a, b, w[3], 0xd4ef3085U, 16);
-    MD5_STEP(H, b, c, d, a, w[6], 0x04881d05U, 23);
-    MD5_STEP(H, a, b, c, d, w[9], 0xd9d4d039U, 4);
-    MD5_STEP(H, d, a, b, c, w[12], 0xe6db99e5U, 11);
-    MD5_STEP(H, c, d, a, b, w[15], 0x1fa27cf8U, 16);
-    MD5_STEP(H, b, c, d, a, w[2], 0xc4ac5665U, 23);
-    MD5_STEP(I, a, b, c, d, w[0], 0xf4292244U, 6);
-    MD5_STEP(I, d, a, b, c, w[7], 0x432aff97U, 10);
-    MD5_STEP(I, c, d, a, b, w[14], 0xab9423a7U, 15);
-    MD5_STEP(I, b, c, d, a, w[5], 0xfc93a039U, 21);
-    MD5_STEP(I, a, b, c, d, w[12], 0x655b59c3U, 6);
-    MD5_STEP(I, d, a, b, c, w[3], 0x8f0ccc92U, 10);
-    MD5_STEP(I, c, d, a, b, w[10], 0xffeff47dU, 15);
-    MD5_STEP(I, b, c, d, a, w[1], 0x85845dd1U, 21);
-    MD5_STEP(I, a, b, c, d, w[8], 0x6fa87e4fU, 6);
-    MD5_STEP(I, d, a, b, c, w[15], 0xfe2ce6e0U, 10);
-    MD5_STEP(I, c, d, a, b, w[6], 0xa3014314U, 15);
-    MD5_STEP(I, b, c, d, a, w[13], 0x4e0811a1U, 21);
-    MD5_STEP(I, a, b, c, d, w[4], 0xf7537e82U, 6);
-    MD5_STEP(I, d, a, b, c, w[11], 0xbd3af235U, 10);
-    MD5_STEP(I, c, d, a, b, w[2], 0x2ad7d2bbU, 15);
-    MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21);
+    MD5_64_STEPS(a, b, c, d, w);
     for (int l = 0; l < MD5_LANES; l++) {
         uint32_t h[4] = {0x67452301 + a[l], 0xefcdab89 + b[l], 0x98badcfe + c[l], 0x10325476 + d[l]};
         for (int i = 0; i < 4; i++)

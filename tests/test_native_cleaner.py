@@ -15,7 +15,7 @@ import hashlib
 import os
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kstore import Log, ManualClock, native, records
@@ -26,23 +26,10 @@ from kstore.grading import live
 from kstore.offset_map import SkimpyOffsetMap, map_keys
 from kstore.records import NO_SEQUENCE, RECORDS_OFFSET, Record, RecordBatch, build_batch
 
-CI = os.environ.get("CI") == "true"
-EXAMPLES = int(os.environ.get("KSTORE_HYPOTHESIS_EXAMPLES", "60"))
-SETTINGS = settings(deadline=None, max_examples=EXAMPLES * 2, derandomize=CI,
-                    database=None if CI else settings.default.database,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# The native codec's tests set the rules: the same hypothesis settings, and the module skips (or,
+# with CI=true, fails) with one line naming the fix when the extension is not built.
+from test_native_codec import C, SETTINGS, damaged, outcome  # noqa: E402
 
-if native.codec is None:  # pragma: no cover - CI builds it (make test installs with pip -e)
-    if os.environ.get("KSTORE_PURE_PYTHON", "").strip() not in ("", "0"):
-        pytest.skip("KSTORE_PURE_PYTHON is set: the native codec is not loaded",
-                    allow_module_level=True)
-    MISSING = (f"the native codec is not built ({native.description}); add a C compiler and "
-               f"Python's headers, then: apt-get install gcc python3-dev && .venv/bin/pip install -e .")
-    if CI:
-        pytest.fail(MISSING, pytrace=False)
-    pytest.skip(MISSING, allow_module_level=True)
-
-C = native.codec
 T = 1_700_000_000_000
 
 keys = st.none() | st.sampled_from([b"", b"a", b"b", b"key-000001", b"x" * 70]) | st.binary(max_size=130)
@@ -56,13 +43,6 @@ def section(recs, base_offset):
     return bytes(batch.buffer[RECORDS_OFFSET:])
 
 
-def outcome(fn, *args):
-    try:
-        return ("ok", fn(*args))
-    except (KStoreError, ValueError, TypeError) as e:
-        return ("error", type(e).__name__, str(e))
-
-
 @st.composite
 def offset_maps(draw, base_offset):
     """A map holding some keys (the ones records use and others) at offsets around the batch."""
@@ -72,32 +52,16 @@ def offset_maps(draw, base_offset):
     return entries
 
 
-def damage(draw, data: bytes) -> bytes:
-    data = bytearray(data)
-    for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["truncate", "set", "insert", "delete"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if kind == "truncate":
-            del data[at:]
-        elif kind == "set" and data:
-            data[at] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, 0xFE, 0x02]))
-        elif kind == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=6))
-        elif data:
-            del data[at]
-    return bytes(data)
-
-
 @st.composite
-def batches(draw, damaged=False):
+def batches(draw):
     recs = draw(st.lists(a_record, min_size=1, max_size=12))
     base_offset = draw(st.integers(0, 50) | st.just((1 << 62)))
-    data = section(recs, base_offset)
-    count = len(recs)
-    if damaged:
-        data = damage(draw, data)
-        count = max(0, count + draw(st.sampled_from([0, 0, -1, 1, 1000])))
-    return data, base_offset, count
+    return section(recs, base_offset), base_offset, len(recs)
+
+
+# A records section damaged the way the record codec's tests damage it (truncated, bytes changed,
+# inserted or deleted, a wrong count), at base offset 10.
+damaged_batches = damaged().map(lambda d: (d[0], 10, d[2]))
 
 
 # ------------------------------------------------------------------------------ map_keys
@@ -135,7 +99,7 @@ def test_map_keys_same_result_and_map(data, batch, start, max_entries):
 
 
 @SETTINGS
-@given(st.data(), batches(damaged=True))
+@given(st.data(), damaged_batches)
 @example(data=None, batch=(b"", 0, 1))
 @example(data=None, batch=(b"\xff\xff\xff\xff\xff\x01", 0, 1))
 def test_map_keys_damaged_records_defer_to_the_reference(data, batch):
@@ -166,7 +130,7 @@ def test_filter_records_keeps_what_the_reference_keeps(data, batch, map_latest, 
 
 
 @SETTINGS
-@given(st.data(), batches(damaged=True), st.none() | st.just(T))
+@given(st.data(), damaged_batches, st.none() | st.just(T))
 def test_filter_records_damaged_records_defer_to_the_reference(data, batch, horizon):
     raw, base_offset, count = batch
     compare_filter(raw, base_offset, count, data.draw(offset_maps(base_offset)), 100, horizon, T)

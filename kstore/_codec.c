@@ -649,6 +649,8 @@ static PyObject *codec_map_keys(PyObject *self, PyObject *args);
 static PyObject *codec_filter_records(PyObject *self, PyObject *args);
 static PyObject *codec_md5(PyObject *self, PyObject *args);
 static PyObject *codec_offset_table(PyObject *self, PyObject *noargs);
+static PyObject *codec_map_batches(PyObject *self, PyObject *args);
+static PyObject *codec_filter_batches(PyObject *self, PyObject *args);
 
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
@@ -675,6 +677,15 @@ static PyMethodDef codec_methods[] = {
     {"md5", codec_md5, METH_VARARGS, "md5(data) -> the 16-byte MD5 digest (SkimpyOffsetMap.hash_key)."},
     {"offset_table", codec_offset_table, METH_NOARGS,
      "offset_table() -> an empty OffsetTable (SkimpyOffsetMap.entries where the native codec runs)."},
+    {"map_batches", codec_map_batches, METH_VARARGS,
+     "map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest) -> "
+     "(pos, status 0 go on / 1 stop offset reached / 2 map full, records read, map latest).\n"
+     "Cleaner._map_segment's loop over the plain batches of a read buffer."},
+    {"filter_batches", codec_filter_batches, METH_VARARGS,
+     "filter_batches(buffer, pos, table, map_latest, now, upper_bound, producers) -> (pos, kept "
+     "[(begin, end, last offset, max timestamp)], records read, records written, invalid, "
+     "tombstones dropped, bytes read).\nCleaner._clean_into's loop over the plain batches of a "
+     "read buffer that are dropped or kept whole."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -880,6 +891,7 @@ typedef struct {
     const uint8_t *key;          /* NULL: a null key */
     Py_ssize_t key_len;
     int value_null;
+    int hashed;                  /* digest already known (the digest cache) */
     uint8_t digest[16];          /* MD5 of the key (filled by digest_spans) */
 } KeySpan;
 
@@ -893,7 +905,7 @@ digest_spans(KeySpan *spans, long long count)
     int n = 0;
     for (long long i = 0; i < count; i++) {
         KeySpan *s = &spans[i];
-        if (s->key == NULL)
+        if (s->key == NULL || s->hashed)
             continue;
         if (s->key_len > MD5_ONE_BLOCK_MAX) {
             md5_digest(s->key, s->key_len, s->digest);
@@ -954,6 +966,7 @@ walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long lon
             return 0;
         spans[i].key = NULL;
         spans[i].key_len = 0;
+        spans[i].hashed = 0;
         if (klen >= 0) {
             if (pos + klen > end)
                 return 0;
@@ -973,20 +986,27 @@ walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long lon
     return pos == len;
 }
 
-/* The spans of a records section (PyMem buffer in *spans), 1; 0 = the reference raises; -1 = error. */
+typedef struct OffsetTable OffsetTable;
+static void cache_lookup_spans(const OffsetTable *t, KeySpan *spans, long long count);
+
+/* The spans of a records section (PyMem buffer in *spans), 1; 0 = the reference raises; -1 = error.
+ * `cached`: an OffsetTable whose digest cache supplies the digests it holds (NULL: hash all). */
 static int
-key_spans(Py_buffer *data, long long base_offset, long long count, KeySpan **spans)
+key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
+          const OffsetTable *cached, KeySpan **spans)
 {
     *spans = NULL;
-    if (count < 0 || count > data->len)     /* each record takes at least one byte */
+    if (count < 0 || count > len)           /* each record takes at least one byte */
         return count == 0 ? 1 : 0;
     *spans = PyMem_Malloc(sizeof(KeySpan) * (size_t)(count ? count : 1));
     if (*spans == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (!walk_key_spans((const uint8_t *)data->buf, data->len, base_offset, count, *spans))
+    if (!walk_key_spans(d, len, base_offset, count, *spans))
         return 0;
+    if (cached != NULL)
+        cache_lookup_spans(cached, *spans, count);
     digest_spans(*spans, count);
     return 1;
 }
@@ -1007,12 +1027,19 @@ typedef struct {
     int64_t offset;
 } TableEntry;
 
-typedef struct {
+struct OffsetTable {
     PyObject_HEAD
     TableEntry *entries;
     uint8_t *used;
     Py_ssize_t capacity, size;
-} OffsetTable;
+    /* The digest cache: the MD5 of each key map_keys put, by offset - cache_base, so the filter
+     * pass over the same (dirty) records does not hash their keys again. At most cache_max
+     * records (bounded with the map's budget); cached[i] says whether slot i holds a digest. */
+    uint8_t (*cache)[16];
+    uint8_t *cached;
+    int64_t cache_base;
+    Py_ssize_t cache_len, cache_cap, cache_max;
+};
 
 static PyTypeObject OffsetTableType;
 
@@ -1086,6 +1113,54 @@ table_get(const OffsetTable *t, const uint8_t digest[16])
     return t->used[i] ? t->entries[i].offset : -1;
 }
 
+/* At most this many digests are cached (16 MiB + 1 MiB of flags per million records). */
+#define DIGEST_CACHE_MAX_RECORDS (1 << 22)
+
+/* Remember the digest of the key at `offset` (a no-op beyond the cache's bound or where memory
+ * runs short: the filter pass then hashes that key again). */
+static void
+cache_store(OffsetTable *t, int64_t offset, const uint8_t digest[16])
+{
+    if (t->cache_len == 0)
+        t->cache_base = offset;
+    int64_t i = offset - t->cache_base;
+    if (i < 0 || i >= t->cache_max)
+        return;
+    if (i >= t->cache_cap) {
+        Py_ssize_t cap = t->cache_cap ? t->cache_cap : 4096;
+        while (cap <= i)
+            cap *= 2;
+        if (cap > t->cache_max)
+            cap = t->cache_max;
+        uint8_t (*cache)[16] = PyMem_Realloc(t->cache, (size_t)cap * 16);
+        if (cache == NULL)
+            return;
+        t->cache = cache;
+        uint8_t *cached = PyMem_Realloc(t->cached, (size_t)cap);
+        if (cached == NULL)
+            return;
+        memset(cached + t->cache_cap, 0, (size_t)(cap - t->cache_cap));
+        t->cached = cached;
+        t->cache_cap = cap;
+    }
+    memcpy(t->cache[i], digest, 16);
+    t->cached[i] = 1;
+    if (i >= t->cache_len)
+        t->cache_len = i + 1;
+}
+
+static void
+cache_lookup_spans(const OffsetTable *t, KeySpan *spans, long long count)
+{
+    for (long long k = 0; k < count; k++) {
+        int64_t i = spans[k].offset - t->cache_base;
+        if (spans[k].key != NULL && i >= 0 && i < t->cache_len && t->cached[i]) {
+            memcpy(spans[k].digest, t->cache[i], 16);
+            spans[k].hashed = 1;
+        }
+    }
+}
+
 #define TABLE_INITIAL_CAPACITY 64
 
 static PyObject *
@@ -1099,6 +1174,10 @@ codec_offset_table(PyObject *self, PyObject *noargs)
     t->entries = NULL;
     t->used = NULL;
     t->capacity = t->size = 0;
+    t->cache = NULL;
+    t->cached = NULL;
+    t->cache_base = 0;
+    t->cache_len = t->cache_cap = t->cache_max = 0;
     if (table_resize(t, TABLE_INITIAL_CAPACITY) < 0) {
         Py_DECREF(t);
         return NULL;
@@ -1111,6 +1190,8 @@ table_dealloc(OffsetTable *t)
 {
     PyMem_Free(t->entries);
     PyMem_Free(t->used);
+    PyMem_Free(t->cache);
+    PyMem_Free(t->cached);
     PyObject_Free(t);
 }
 
@@ -1178,6 +1259,9 @@ table_clear(OffsetTable *t, PyObject *noargs)
 {
     memset(t->used, 0, (size_t)t->capacity);
     t->size = 0;
+    if (t->cached != NULL)
+        memset(t->cached, 0, (size_t)t->cache_len);
+    t->cache_len = 0;
     Py_RETURN_NONE;
 }
 
@@ -1236,60 +1320,116 @@ map_get(PyObject *entries, const KeySpan *s)
     return (offset == -1 && PyErr_Occurred()) ? -2 : offset;
 }
 
+/* The loop of offset_map.map_keys over a batch's spans: put each keyed record at or above `start`
+ * until the map holds max_entries (digests also go to the table's cache). 0, or -1 on error. */
+static int
+map_spans(PyObject *entries, const KeySpan *spans, long long count, long long start,
+          long long max_entries, long long *read, int *full, long long *latest)
+{
+    int is_table = Py_IS_TYPE(entries, &OffsetTableType);
+    OffsetTable *t = (OffsetTable *)entries;
+    *read = 0;
+    *full = 0;
+    *latest = -1;
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        if (s->key != NULL && s->offset >= start) {
+            Py_ssize_t size = is_table ? t->size : PyDict_GET_SIZE(entries);
+            if (size >= max_entries) {
+                *full = 1;
+                return 0;
+            }
+            if (is_table) {
+                if (table_put(t, s->digest, s->offset) < 0)
+                    return -1;
+                cache_store(t, s->offset, s->digest);
+            }
+            else {
+                PyObject *k = PyBytes_FromStringAndSize((const char *)s->digest, 16);
+                PyObject *v = PyLong_FromLongLong(s->offset);
+                int bad = k == NULL || v == NULL || PyDict_SetItem(entries, k, v) < 0;
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                if (bad)
+                    return -1;
+            }
+            *latest = s->offset;
+        }
+        (*read)++;
+    }
+    return 0;
+}
+
 static PyObject *
 codec_map_keys(PyObject *self, PyObject *args)
 {
     Py_buffer data;
-    long long base_offset, count, start, max_entries;
+    long long base_offset, count, start, max_entries, read, latest;
+    int full;
     PyObject *entries, *result = NULL;
     KeySpan *spans = NULL;
     if (!PyArg_ParseTuple(args, "y*LLLOL:map_keys", &data, &base_offset, &count, &start,
                           &entries, &max_entries))
         return NULL;
-    int is_table = Py_IS_TYPE(entries, &OffsetTableType);
-    if (!is_table && !PyDict_CheckExact(entries)) {
+    if (!Py_IS_TYPE(entries, &OffsetTableType) && !PyDict_CheckExact(entries)) {
         result = Py_NewRef(Py_None);                 /* another mapping: the reference's call */
         goto done;
     }
-    int r = key_spans(&data, base_offset, count, &spans);
+    if (Py_IS_TYPE(entries, &OffsetTableType))
+        ((OffsetTable *)entries)->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
+                                              ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
+    int r = key_spans((const uint8_t *)data.buf, data.len, base_offset, count, NULL, &spans);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    long long read = 0, latest = -1;
-    int full = 0;
-    for (long long i = 0; i < count; i++) {
-        const KeySpan *s = &spans[i];
-        if (s->key != NULL && s->offset >= start) {
-            Py_ssize_t size = is_table ? ((OffsetTable *)entries)->size : PyDict_GET_SIZE(entries);
-            if (size >= max_entries) {
-                full = 1;
-                break;
-            }
-            const uint8_t *digest = s->digest;
-            if (is_table) {
-                if (table_put((OffsetTable *)entries, digest, s->offset) < 0)
-                    goto done;
-                latest = s->offset;
-                read++;
-                continue;
-            }
-            PyObject *k = PyBytes_FromStringAndSize((const char *)digest, 16);
-            PyObject *v = PyLong_FromLongLong(s->offset);
-            int bad = k == NULL || v == NULL || PyDict_SetItem(entries, k, v) < 0;
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (bad)
-                goto done;
-            latest = s->offset;
-        }
-        read++;
-    }
-    result = Py_BuildValue("(LOL)", read, full ? Py_True : Py_False, latest);
+    if (map_spans(entries, spans, count, start, max_entries, &read, &full, &latest) == 0)
+        result = Py_BuildValue("(LOL)", read, full ? Py_True : Py_False, latest);
 done:
     PyMem_Free(spans);
     PyBuffer_Release(&data);
     return result;
+}
+
+/* What filter_records counts besides the records it keeps. */
+typedef struct {
+    long long kept, invalid, tombstones_dropped, tombstones_kept;
+} FilterCounts;
+
+/* The loop of cleaner.filter_records (should_retain_record rule by rule): keep[i] for each span.
+ * 0, or -1 on a Python error. */
+static int
+filter_spans(PyObject *entries, const KeySpan *spans, long long count, long long map_latest,
+             int has_horizon, long long horizon, long long now, uint8_t *keep, FilterCounts *c)
+{
+    memset(c, 0, sizeof *c);
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        if (s->key == NULL && s->offset <= map_latest)
+            c->invalid++;
+        if (s->offset > map_latest)
+            keep[i] = 1;
+        else if (s->key == NULL)
+            keep[i] = 0;
+        else {
+            int64_t latest = map_get(entries, s);
+            if (latest == -2)
+                return -1;
+            if (s->offset < latest)
+                keep[i] = 0;
+            else if (!s->value_null)
+                keep[i] = 1;
+            else
+                keep[i] = !has_horizon || now < horizon;
+        }
+        if (keep[i]) {
+            c->kept++;
+            c->tombstones_kept += s->value_null;
+        }
+        else if (s->value_null && s->key != NULL && has_horizon)
+            c->tombstones_dropped++;
+    }
+    return 0;
 }
 
 static PyObject *
@@ -1299,6 +1439,8 @@ codec_filter_records(PyObject *self, PyObject *args)
     long long base_offset, count, map_latest, now, horizon = 0;
     PyObject *entries, *horizon_obj, *result = NULL, *kept = NULL;
     KeySpan *spans = NULL;
+    uint8_t *keep = NULL;
+    FilterCounts c;
     if (!PyArg_ParseTuple(args, "y*LLOLOL:filter_records", &data, &base_offset, &count,
                           &entries, &map_latest, &horizon_obj, &now))
         return NULL;
@@ -1315,50 +1457,225 @@ codec_filter_records(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    int r = key_spans(&data, base_offset, count, &spans);
+    int r = key_spans((const uint8_t *)data.buf, data.len, base_offset, count, NULL, &spans);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
+    if ((keep = PyMem_Malloc((size_t)(count ? count : 1))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (filter_spans(entries, spans, count, map_latest, has_horizon, horizon, now, keep, &c) < 0)
+        goto done;
     if ((kept = PyList_New(0)) == NULL)
         goto done;
-    long long invalid = 0, dropped = 0, tombstones_kept = 0;
     for (long long i = 0; i < count; i++) {
-        const KeySpan *s = &spans[i];
-        int keep;
-        if (s->key == NULL && s->offset <= map_latest)
-            invalid++;
-        if (s->offset > map_latest)                  /* should_retain_record, rule by rule */
-            keep = 1;
-        else if (s->key == NULL)
-            keep = 0;
-        else {
-            int64_t latest = map_get(entries, s);
-            if (latest == -2)
-                goto done;
-            if (s->offset < latest)
-                keep = 0;
-            else if (!s->value_null)
-                keep = 1;
-            else
-                keep = !has_horizon || now < horizon;
-        }
-        if (keep) {
-            PyObject *index = PyLong_FromLongLong(i);
-            int bad = index == NULL || PyList_Append(kept, index) < 0;
-            Py_XDECREF(index);
-            if (bad)
-                goto done;
-            tombstones_kept += s->value_null;
-        }
-        else if (s->value_null && s->key != NULL && has_horizon)
-            dropped++;
+        if (!keep[i])
+            continue;
+        PyObject *index = PyLong_FromLongLong(i);
+        int bad = index == NULL || PyList_Append(kept, index) < 0;
+        Py_XDECREF(index);
+        if (bad)
+            goto done;
     }
-    result = Py_BuildValue("(OLLL)", kept, invalid, dropped, tombstones_kept);
+    result = Py_BuildValue("(OLLL)", kept, c.invalid, c.tombstones_dropped, c.tombstones_kept);
 done:
     Py_XDECREF(kept);
+    PyMem_Free(keep);
     PyMem_Free(spans);
     PyBuffer_Release(&data);
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The cleaner's per-buffer walks: many batches per call                                      */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ *   map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest)
+ *       -> (pos, status, records read, map latest offset)         Cleaner._map_segment's loop
+ *   filter_batches(buffer, pos, table, map_latest, now, upper_bound, producers)
+ *       -> (pos, kept [(begin, end, last offset, max timestamp)], records read, records
+ *           written, invalid, tombstones dropped, bytes read)      Cleaner._clean_into's loop
+ *
+ * `buffer` holds whole batches as read_batches reads them. Each walk handles, from `pos`, the
+ * batches whose outcome needs nothing but the offset map: complete, magic 2, uncompressed,
+ * neither transactional nor control. It stops at the first other batch, and the cleaner's Python
+ * loop takes that one (transactions, markers, compression, re-encoding, errors) as it always has,
+ * then calls again. filter_batches also leaves to Python a batch from a producer in `producers`
+ * (the last batch of a producer is kept even when empty), a batch it would keep only in part or
+ * stamp with a delete horizon, and an emptied batch ending at the upper bound.
+ */
+
+#define CLEANER_LOG_OVERHEAD 12
+#define CLEANER_BATCH_OVERHEAD 61
+#define CLEANER_MIN_BATCH_LENGTH 14
+
+static inline uint64_t
+cleaner_be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp, producer_id, last_offset;
+    int attributes;
+    long long records_count;
+    Py_ssize_t size;                      /* LOG_OVERHEAD + batchLength */
+} SimpleBatch;
+
+/* 1 with the header in *b when the batch at `pos` is one the walks handle by themselves. */
+static int
+simple_batch(const uint8_t *d, Py_ssize_t len, Py_ssize_t pos, SimpleBatch *b)
+{
+    if (len - pos < CLEANER_BATCH_OVERHEAD)
+        return 0;
+    int32_t length = (int32_t)cleaner_be(d + pos + 8, 4);
+    if (length < CLEANER_MIN_BATCH_LENGTH || length > len - pos - CLEANER_LOG_OVERHEAD
+            || CLEANER_LOG_OVERHEAD + length < CLEANER_BATCH_OVERHEAD || d[pos + 16] != 2)
+        return 0;
+    b->attributes = (int)cleaner_be(d + pos + 21, 2);
+    if (b->attributes & (0x07 | 0x10 | 0x20))  /* compressed, transactional, control */
+        return 0;
+    b->records_count = (int32_t)cleaner_be(d + pos + 57, 4);
+    if (b->records_count < 0)
+        return 0;
+    b->size = CLEANER_LOG_OVERHEAD + length;
+    b->base_offset = (int64_t)cleaner_be(d + pos, 8);
+    b->last_offset = b->base_offset + (int32_t)cleaner_be(d + pos + 23, 4);
+    b->base_timestamp = (int64_t)cleaner_be(d + pos + 27, 8);
+    b->max_timestamp = (int64_t)cleaner_be(d + pos + 35, 8);
+    b->producer_id = (int64_t)cleaner_be(d + pos + 43, 8);
+    return 1;
+}
+
+enum { WALK_GO_ON = 0, WALK_STOP_OFFSET = 1, WALK_MAP_FULL = 2 };
+
+static PyObject *
+codec_map_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    long long start, stop_offset, max_entries, map_latest, read_total = 0;
+    PyObject *entries, *result = NULL;
+    int status = WALK_GO_ON;
+    if (!PyArg_ParseTuple(args, "y*nLLO!LL:map_batches", &data, &pos, &start, &stop_offset,
+                          &OffsetTableType, &entries, &max_entries, &map_latest))
+        return NULL;
+    ((OffsetTable *)entries)->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
+                                          ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
+    const uint8_t *d = data.buf;
+    SimpleBatch b;
+    while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
+        if (b.base_offset >= stop_offset) {
+            status = WALK_STOP_OFFSET;       /* the uncleanable part stays out of the map */
+            break;
+        }
+        KeySpan *spans;
+        long long read, latest;
+        int full;
+        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+                          b.base_offset, b.records_count, NULL, &spans);
+        if (r < 0 || (r > 0 && map_spans(entries, spans, b.records_count, start, max_entries,
+                                         &read, &full, &latest) < 0)) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        PyMem_Free(spans);
+        if (r == 0)
+            break;                           /* malformed: the reference raises */
+        read_total += read;
+        if (latest >= 0)
+            map_latest = latest;
+        if (full) {
+            status = WALK_MAP_FULL;
+            break;
+        }
+        if (b.last_offset >= start)
+            map_latest = b.last_offset;
+        pos += b.size;
+    }
+    result = Py_BuildValue("(niLL)", pos, status, read_total, map_latest);
+done:
+    PyBuffer_Release(&data);
+    return result;
+}
+
+static PyObject *
+codec_filter_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    long long map_latest, now, upper_bound;
+    long long records_read = 0, records_written = 0, invalid = 0, dropped = 0, bytes_read = 0;
+    PyObject *entries, *producers, *result = NULL, *kept = NULL;
+    uint8_t *keep = NULL;
+    Py_ssize_t keep_cap = 0;
+    if (!PyArg_ParseTuple(args, "y*nO!LLLO!:filter_batches", &data, &pos, &OffsetTableType,
+                          &entries, &map_latest, &now, &upper_bound, &PyDict_Type, &producers))
+        return NULL;
+    if ((kept = PyList_New(0)) == NULL)
+        goto done;
+    const uint8_t *d = data.buf;
+    SimpleBatch b;
+    while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
+        if (b.producer_id != -1) {
+            PyObject *pid = PyLong_FromLongLong(b.producer_id);
+            int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
+            Py_XDECREF(pid);
+            if (known < 0)
+                goto done;
+            if (known)
+                break;                       /* maybe a producer's last batch: Python decides */
+        }
+        if (b.records_count > keep_cap) {
+            PyMem_Free(keep);
+            keep_cap = b.records_count;
+            if ((keep = PyMem_Malloc((size_t)keep_cap)) == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        KeySpan *spans;
+        FilterCounts c;
+        int has_horizon = (b.attributes & 0x40) != 0;
+        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+                          b.base_offset, b.records_count, (OffsetTable *)entries, &spans);
+        if (r < 0 || (r > 0 && filter_spans(entries, spans, b.records_count, map_latest, has_horizon,
+                                            b.base_timestamp, now, keep, &c) < 0)) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        PyMem_Free(spans);
+        if (r == 0)
+            break;                           /* malformed: the reference raises */
+        if (c.kept > 0 && (c.kept < b.records_count || (c.tombstones_kept > 0 && !has_horizon)))
+            break;                           /* rewritten in part or stamped: Python re-encodes */
+        if (c.kept == 0 && b.last_offset + 1 == upper_bound)
+            break;                           /* kept as an empty batch: Python builds it */
+        if (c.kept > 0) {
+            PyObject *span = Py_BuildValue("(nnLL)", pos, pos + b.size, (long long)b.last_offset,
+                                           (long long)b.max_timestamp);
+            int bad = span == NULL || PyList_Append(kept, span) < 0;
+            Py_XDECREF(span);
+            if (bad)
+                goto done;
+        }
+        records_read += b.records_count;
+        records_written += c.kept;
+        invalid += c.invalid;
+        dropped += c.tombstones_dropped;
+        bytes_read += b.size;
+        pos += b.size;
+    }
+    result = Py_BuildValue("(nOLLLLL)", pos, kept, records_read, records_written, invalid, dropped,
+                           bytes_read);
+done:
+    Py_XDECREF(kept);
+    PyMem_Free(keep);
+    PyBuffer_Release(&data);
+    return result;
+}

@@ -46,6 +46,7 @@ from .records import (LENGTH_OFFSET, LOG_OVERHEAD, MIN_BATCH_LENGTH_FIELD, NO_PR
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
+MAP_FULL = 2                 # what the codec's map_batches answers when the offset map filled up
 
 
 class CleaningAbortedError(KStoreError):
@@ -64,16 +65,26 @@ def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, 
     return ranges
 
 
-def read_batches(file: FileRecords, position: int = 0) -> Iterator[RecordBatch]:
+def read_batches(file: FileRecords, position: int = 0, skim=None) -> Iterator[RecordBatch]:
     """A segment's batches from `position`, read a buffer at a time (Kafka's cleaner fills its
     read buffer, log.cleaner.io.buffer.size, and grows it for a batch that does not fit) instead
     of two reads per batch. Where the buffer ends in a partial batch at the end of the file, or
-    holds an impossible length, the file's own iterator takes over: it stops or raises as ever."""
+    holds an impossible length, the file's own iterator takes over: it stops or raises as ever.
+
+    `skim(buffer, pos)`, where given, may handle a run of batches itself before the next one is
+    yielded (the native codec's walks: one call per buffer, not per batch); it returns the position
+    it got to, or -1 to stop reading."""
     size = READ_CHUNK_BYTES
     while True:
         chunk = memoryview(file.read(position, min(size, max(file.size_in_bytes() - position, 0))))
         pos, end, length = 0, len(chunk), 0
         while end - pos >= LOG_OVERHEAD:
+            if skim is not None:
+                pos = skim(chunk, pos)
+                if pos < 0:
+                    return
+                if end - pos < LOG_OVERHEAD:
+                    break
             (length,) = _LENGTH.unpack_from(chunk, pos + LENGTH_OFFSET)
             if length < MIN_BATCH_LENGTH_FIELD or LOG_OVERHEAD + length > end - pos:
                 break
@@ -316,7 +327,18 @@ class Cleaner:
         m = self.offset_map
         codec = native_codec()      # asked once per segment, not per batch
         position = segment.offset_index.lookup(start).position
-        for batch in read_batches(segment.log, position):
+        walked = [0]                # what the native walk reported: 0 go on, 1 stop, 2 map full
+
+        def skim(chunk, pos: int) -> int:
+            """The plain batches of a buffer in one native call (Cleaner._map_segment's loop
+            below, for batches that are neither transactional nor control)."""
+            pos, walked[0], read, m.latest_offset = codec.map_batches(
+                chunk, pos, start, next_segment_start, m.entries, m.max_desired_size, m.latest_offset)
+            stats.map_records_read += read
+            return -1 if walked[0] else pos
+
+        native_walk = codec is not None and m.walks_natively()
+        for batch in read_batches(segment.log, position, skim if native_walk else None):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
@@ -328,6 +350,9 @@ class Cleaner:
                     return True
             if batch.last_offset >= start:
                 m.update_latest_offset(batch.last_offset)
+        if walked[0] == MAP_FULL:
+            stats.map_entries = m.size
+            return True
         m.update_latest_offset(next_segment_start - 1)   # cover offset gaps
         return False
 
@@ -404,7 +429,35 @@ class Cleaner:
                 chunk, chunk_size = [], 0
                 chunk_info[:] = [-1, -1, -1]
 
-        for batch in read_batches(source.log):
+        def keep(out, last_offset: int, max_timestamp: int) -> None:
+            nonlocal chunk_size
+            if chunk_size + len(out) > READ_CHUNK_BYTES:
+                flush_chunk()
+            chunk.append(out)
+            chunk_size += len(out)
+            chunk_info[0] = max(chunk_info[0], last_offset)
+            if max_timestamp > chunk_info[1]:
+                chunk_info[1], chunk_info[2] = max_timestamp, last_offset
+
+        m = self.offset_map
+
+        def skim(buffer, pos: int) -> int:
+            """The plain batches of a buffer that are dropped or kept whole, in one native call
+            (the loop below, for what `_filter_batch` would decide from the offset map alone)."""
+            pos, spans, read, written, invalid, dropped, nbytes = self._codec.filter_batches(
+                buffer, pos, m.entries, m.latest_offset, now, upper_bound, last_records)
+            for begin, end, last_offset, max_timestamp in spans:
+                keep(buffer[begin:end], last_offset, max_timestamp)   # copied verbatim
+            stats.records_read += read
+            stats.records_written += written
+            stats.invalid_records += invalid
+            stats.tombstones_dropped += dropped
+            stats.bytes_read += nbytes
+            return pos
+
+        native_walk = self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
+            m.walks_natively()
+        for batch in read_batches(source.log, skim=skim if native_walk else None):
             stats.bytes_read += batch.size_in_bytes
             out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
             if out is None:
@@ -415,13 +468,7 @@ class Cleaner:
                 for entry in source.txn_index.entries:   # the kept marker keeps its entry
                     if (entry.producer_id, entry.last_offset) == (kept.producer_id, kept.base_offset):
                         dest.txn_index.append(entry)
-            if chunk_size + len(out) > READ_CHUNK_BYTES:
-                flush_chunk()
-            chunk.append(out)
-            chunk_size += len(out)
-            chunk_info[0] = max(chunk_info[0], kept.last_offset)
-            if kept.max_timestamp > chunk_info[1]:
-                chunk_info[1], chunk_info[2] = kept.max_timestamp, kept.last_offset
+            keep(out, kept.last_offset, kept.max_timestamp)
         flush_chunk()
 
     def _filter_batch(self, log: Log, batch: RecordBatch, now: int, stats: CleanerStats,

@@ -77,6 +77,13 @@ class SkimpyOffsetMap:
             self.latest_offset = latest
         return read, full
 
+    def walks_natively(self) -> bool:
+        """May the native codec walk whole buffers of batches into this map (codec.map_batches
+        and filter_batches)? Only for this class with its MD5 and the codec's OffsetTable: a
+        subclass or another hash runs the reference, batch by batch."""
+        return type(self) is SkimpyOffsetMap and self.hash_key is _MD5 and \
+            type(self._map).__name__ == "OffsetTable"
+
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 

@@ -651,6 +651,7 @@ static PyObject *codec_md5(PyObject *self, PyObject *args);
 static PyObject *codec_offset_table(PyObject *self, PyObject *noargs);
 static PyObject *codec_map_batches(PyObject *self, PyObject *args);
 static PyObject *codec_filter_batches(PyObject *self, PyObject *args);
+static PyObject *codec_skip_batches(PyObject *self, PyObject *args);
 
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
@@ -686,6 +687,10 @@ static PyMethodDef codec_methods[] = {
      "[(begin, end, last offset, max timestamp)], records read, records written, invalid, "
      "tombstones dropped, bytes read).\nCleaner._clean_into's loop over the plain batches of a "
      "read buffer that are dropped or kept whole."},
+    {"skip_batches", codec_skip_batches, METH_VARARGS,
+     "skip_batches(table, segment, position, map_latest, now, upper_bound, producers) -> "
+     "(position, records read, invalid, tombstones dropped, bytes read).\nThe batches from "
+     "`position` that map_batches summarized and the filter pass drops whole, passed over unread."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -831,14 +836,23 @@ md5_digest(const uint8_t *p, Py_ssize_t n, uint8_t out[16])
             out[4 * i + j] = (uint8_t)(h[i] >> (8 * j));
 }
 
-/* Eight keys of up to 55 bytes at once (each one padded block): the same 64 steps on 8-lane
+/* Sixteen keys of up to 55 bytes at once (each one padded block): the same 64 steps on 16-lane
  * vectors (GCC/Clang vector extensions: SIMD where the target has it, plain code elsewhere). The
  * cleaner hashes every key of a batch, so the lanes are always full but for the last group. */
-#define MD5_LANES 8
+#define MD5_LANES 16
 #define MD5_ONE_BLOCK_MAX 55
 typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
 
-static void
+/* Built for AVX-512 and AVX2 as well where GCC can pick one at load time (x86-64 Linux): with
+ * AVX-512 the 16 lanes fit one register and a rotate is one instruction. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+        && defined(__GLIBC__)
+#define MD5_TARGETS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MD5_TARGETS
+#endif
+
+MD5_TARGETS static void
 md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES])
 {
     uint32_t words[MD5_LANES][16];               /* each lane's padded block as 16 words */
@@ -895,7 +909,7 @@ typedef struct {
     uint8_t digest[16];          /* MD5 of the key (filled by digest_spans) */
 } KeySpan;
 
-/* The MD5 of every non-null key, eight at a time where the keys fit in one block. */
+/* The MD5 of every non-null key, MD5_LANES at a time where the keys fit in one block. */
 static void
 digest_spans(KeySpan *spans, long long count)
 {
@@ -1034,12 +1048,27 @@ struct OffsetTable {
     Py_ssize_t capacity, size;
     /* The digest cache: the MD5 of each key map_keys put, by offset - cache_base, so the filter
      * pass over the same (dirty) records does not hash their keys again. At most cache_max
-     * records (bounded with the map's budget); cached[i] says whether slot i holds a digest. */
+     * records (bounded with the map's budget); cached[i] holds CACHE_* flags for slot i. */
     uint8_t (*cache)[16];
     uint8_t *cached;
     int64_t cache_base;
     Py_ssize_t cache_len, cache_cap, cache_max;
+    /* The plain batches map_batches saw whole, by (segment, file position): with the cache they
+     * are all the filter pass needs to drop such a batch without reading it again. */
+    struct BatchSummary *summaries;
+    Py_ssize_t summaries_len, summaries_cap;
 };
+
+#define CACHE_KNOWN 1        /* the record at this offset was seen by the map pass */
+#define CACHE_KEYED 2        /* ... it has a key, whose digest is cached */
+#define CACHE_TOMBSTONE 4    /* ... its value is null */
+
+typedef struct BatchSummary {
+    int64_t segment, position, base_offset, last_offset, base_timestamp, producer_id;
+    Py_ssize_t size;
+    long long records_count;
+    int attributes;
+} BatchSummary;
 
 static PyTypeObject OffsetTableType;
 
@@ -1119,7 +1148,7 @@ table_get(const OffsetTable *t, const uint8_t digest[16])
 /* Remember the digest of the key at `offset` (a no-op beyond the cache's bound or where memory
  * runs short: the filter pass then hashes that key again). */
 static void
-cache_store(OffsetTable *t, int64_t offset, const uint8_t digest[16])
+cache_store(OffsetTable *t, int64_t offset, const uint8_t *digest, int value_null)
 {
     if (t->cache_len == 0)
         t->cache_base = offset;
@@ -1143,8 +1172,9 @@ cache_store(OffsetTable *t, int64_t offset, const uint8_t digest[16])
         t->cached = cached;
         t->cache_cap = cap;
     }
-    memcpy(t->cache[i], digest, 16);
-    t->cached[i] = 1;
+    if (digest != NULL)
+        memcpy(t->cache[i], digest, 16);
+    t->cached[i] = CACHE_KNOWN | (digest != NULL ? CACHE_KEYED : 0) | (value_null ? CACHE_TOMBSTONE : 0);
     if (i >= t->cache_len)
         t->cache_len = i + 1;
 }
@@ -1154,7 +1184,7 @@ cache_lookup_spans(const OffsetTable *t, KeySpan *spans, long long count)
 {
     for (long long k = 0; k < count; k++) {
         int64_t i = spans[k].offset - t->cache_base;
-        if (spans[k].key != NULL && i >= 0 && i < t->cache_len && t->cached[i]) {
+        if (spans[k].key != NULL && i >= 0 && i < t->cache_len && (t->cached[i] & CACHE_KEYED)) {
             memcpy(spans[k].digest, t->cache[i], 16);
             spans[k].hashed = 1;
         }
@@ -1178,6 +1208,8 @@ codec_offset_table(PyObject *self, PyObject *noargs)
     t->cached = NULL;
     t->cache_base = 0;
     t->cache_len = t->cache_cap = t->cache_max = 0;
+    t->summaries = NULL;
+    t->summaries_len = t->summaries_cap = 0;
     if (table_resize(t, TABLE_INITIAL_CAPACITY) < 0) {
         Py_DECREF(t);
         return NULL;
@@ -1192,6 +1224,7 @@ table_dealloc(OffsetTable *t)
     PyMem_Free(t->used);
     PyMem_Free(t->cache);
     PyMem_Free(t->cached);
+    PyMem_Free(t->summaries);
     PyObject_Free(t);
 }
 
@@ -1262,6 +1295,7 @@ table_clear(OffsetTable *t, PyObject *noargs)
     if (t->cached != NULL)
         memset(t->cached, 0, (size_t)t->cache_len);
     t->cache_len = 0;
+    t->summaries_len = 0;
     Py_RETURN_NONE;
 }
 
@@ -1342,7 +1376,7 @@ map_spans(PyObject *entries, const KeySpan *spans, long long count, long long st
             if (is_table) {
                 if (table_put(t, s->digest, s->offset) < 0)
                     return -1;
-                cache_store(t, s->offset, s->digest);
+                cache_store(t, s->offset, s->digest, s->value_null);
             }
             else {
                 PyObject *k = PyBytes_FromStringAndSize((const char *)s->digest, 16);
@@ -1355,6 +1389,8 @@ map_spans(PyObject *entries, const KeySpan *spans, long long count, long long st
             }
             *latest = s->offset;
         }
+        else if (is_table && s->offset >= start)
+            cache_store(t, s->offset, NULL, s->value_null);
         (*read)++;
     }
     return 0;
@@ -1492,8 +1528,10 @@ done:
 /* The cleaner's per-buffer walks: many batches per call                                      */
 /* ------------------------------------------------------------------------------------------ */
 /*
- *   map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest)
+ *   map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest
+ *               [, segment, buffer's file position])
  *       -> (pos, status, records read, map latest offset)         Cleaner._map_segment's loop
+ *       (given the segment and position, each batch seen whole is summarized for skip_batches)
  *   filter_batches(buffer, pos, table, map_latest, now, upper_bound, producers)
  *       -> (pos, kept [(begin, end, last offset, max timestamp)], records read, records
  *           written, invalid, tombstones dropped, bytes read)      Cleaner._clean_into's loop
@@ -1554,19 +1592,57 @@ simple_batch(const uint8_t *d, Py_ssize_t len, Py_ssize_t pos, SimpleBatch *b)
 
 enum { WALK_GO_ON = 0, WALK_STOP_OFFSET = 1, WALK_MAP_FULL = 2 };
 
+/* Keep the summary of a plain batch the map pass saw whole (each record at base + i, every one
+ * in the cache), so that the filter pass can decide it without its bytes. 0, or -1 on error. */
+static int
+summarize(OffsetTable *t, const SimpleBatch *b, const KeySpan *spans, int64_t segment,
+          int64_t position)
+{
+    for (long long i = 0; i < b->records_count; i++) {
+        int64_t c = spans[i].offset - t->cache_base;
+        if (spans[i].offset != b->base_offset + i || c < 0 || c >= t->cache_len
+                || !(t->cached[c] & CACHE_KNOWN))
+            return 0;
+    }
+    if (t->summaries_len == t->summaries_cap) {
+        Py_ssize_t cap = t->summaries_cap ? t->summaries_cap * 2 : 256;
+        if (cap > t->cache_max)
+            return 0;                        /* bounded with the cache */
+        BatchSummary *more = PyMem_Realloc(t->summaries, (size_t)cap * sizeof(BatchSummary));
+        if (more == NULL)
+            return 0;                        /* short of memory: the filter pass reads it */
+        t->summaries = more;
+        t->summaries_cap = cap;
+    }
+    BatchSummary *s = &t->summaries[t->summaries_len++];
+    s->segment = segment;
+    s->position = position;
+    s->base_offset = b->base_offset;
+    s->last_offset = b->last_offset;
+    s->base_timestamp = b->base_timestamp;
+    s->producer_id = b->producer_id;
+    s->size = b->size;
+    s->records_count = b->records_count;
+    s->attributes = b->attributes;
+    return 0;
+}
+
 static PyObject *
 codec_map_batches(PyObject *self, PyObject *args)
 {
     Py_buffer data;
     Py_ssize_t pos;
     long long start, stop_offset, max_entries, map_latest, read_total = 0;
+    long long segment = -1, chunk_position = 0;
     PyObject *entries, *result = NULL;
     int status = WALK_GO_ON;
-    if (!PyArg_ParseTuple(args, "y*nLLO!LL:map_batches", &data, &pos, &start, &stop_offset,
-                          &OffsetTableType, &entries, &max_entries, &map_latest))
+    if (!PyArg_ParseTuple(args, "y*nLLO!LL|LL:map_batches", &data, &pos, &start, &stop_offset,
+                          &OffsetTableType, &entries, &max_entries, &map_latest, &segment,
+                          &chunk_position))
         return NULL;
-    ((OffsetTable *)entries)->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
-                                          ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
+    OffsetTable *table = (OffsetTable *)entries;
+    table->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
+                       ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
     const uint8_t *d = data.buf;
     SimpleBatch b;
     while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
@@ -1581,6 +1657,10 @@ codec_map_batches(PyObject *self, PyObject *args)
                           b.base_offset, b.records_count, NULL, &spans);
         if (r < 0 || (r > 0 && map_spans(entries, spans, b.records_count, start, max_entries,
                                          &read, &full, &latest) < 0)) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        if (r > 0 && !full && segment >= 0 && summarize(table, &b, spans, segment, chunk_position + pos) < 0) {
             PyMem_Free(spans);
             goto done;
         }
@@ -1678,4 +1758,99 @@ done:
     PyMem_Free(keep);
     PyBuffer_Release(&data);
     return result;
+}
+
+/* The summary of the batch at (segment, position), or NULL (the summaries are in that order). */
+static const BatchSummary *
+find_summary(const OffsetTable *t, int64_t segment, int64_t position)
+{
+    Py_ssize_t lo = 0, hi = t->summaries_len;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        const BatchSummary *s = &t->summaries[mid];
+        if (s->segment < segment || (s->segment == segment && s->position < position))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < t->summaries_len && t->summaries[lo].segment == segment
+            && t->summaries[lo].position == position)
+        return &t->summaries[lo];
+    return NULL;
+}
+
+/*
+ *   skip_batches(table, segment, position, map_latest, now, upper_bound, producers)
+ *       -> (position, records read, invalid, tombstones dropped, bytes read)
+ *
+ * The filter pass's shortcut over the dirty section: from `position` in `segment`, the batches
+ * the map pass summarized whose records filter_batches would all drop (decided from the cached
+ * digests and flags, as filter_batches decides from the bytes) are passed over without being
+ * read. It stops at the first batch it cannot drop so: the cleaner reads from there.
+ */
+static PyObject *
+codec_skip_batches(PyObject *self, PyObject *args)
+{
+    long long segment, position, map_latest, now, upper_bound;
+    long long records_read = 0, invalid = 0, dropped = 0, bytes_read = 0;
+    PyObject *entries, *producers;
+    KeySpan *spans = NULL;
+    uint8_t *keep = NULL;
+    Py_ssize_t cap = 0;
+    if (!PyArg_ParseTuple(args, "O!LLLLLO!:skip_batches", &OffsetTableType, &entries, &segment,
+                          &position, &map_latest, &now, &upper_bound, &PyDict_Type, &producers))
+        return NULL;
+    OffsetTable *t = (OffsetTable *)entries;
+    const BatchSummary *b;
+    while ((b = find_summary(t, segment, position)) != NULL) {
+        if (b->producer_id != -1) {
+            PyObject *pid = PyLong_FromLongLong(b->producer_id);
+            int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
+            Py_XDECREF(pid);
+            if (known < 0)
+                goto error;
+            if (known)
+                break;
+        }
+        if (b->last_offset + 1 == upper_bound)
+            break;
+        if (b->records_count > cap) {
+            PyMem_Free(spans);
+            PyMem_Free(keep);
+            cap = b->records_count;
+            spans = PyMem_Malloc(sizeof(KeySpan) * (size_t)cap);
+            keep = PyMem_Malloc((size_t)cap);
+            if (spans == NULL || keep == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        for (long long i = 0; i < b->records_count; i++) {   /* the spans, from the cache */
+            int64_t c = b->base_offset + i - t->cache_base;
+            uint8_t flags = t->cached[c];
+            spans[i].offset = b->base_offset + i;
+            spans[i].key = (flags & CACHE_KEYED) ? t->cache[c] : NULL;
+            spans[i].value_null = (flags & CACHE_TOMBSTONE) != 0;
+            if (flags & CACHE_KEYED)
+                memcpy(spans[i].digest, t->cache[c], 16);
+        }
+        FilterCounts counts;
+        if (filter_spans(entries, spans, b->records_count, map_latest, (b->attributes & 0x40) != 0,
+                         b->base_timestamp, now, keep, &counts) < 0)
+            goto error;
+        if (counts.kept > 0)
+            break;                           /* kept (whole or in part): read it */
+        records_read += b->records_count;
+        invalid += counts.invalid;
+        dropped += counts.tombstones_dropped;
+        bytes_read += b->size;
+        position += b->size;
+    }
+    PyMem_Free(spans);
+    PyMem_Free(keep);
+    return Py_BuildValue("(LLLLL)", position, records_read, invalid, dropped, bytes_read);
+error:
+    PyMem_Free(spans);
+    PyMem_Free(keep);
+    return NULL;
 }

@@ -65,22 +65,25 @@ def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, 
     return ranges
 
 
-def read_batches(file: FileRecords, position: int = 0, skim=None) -> Iterator[RecordBatch]:
+def read_batches(file: FileRecords, position: int = 0, skim=None, skip=None) -> Iterator[RecordBatch]:
     """A segment's batches from `position`, read a buffer at a time (Kafka's cleaner fills its
     read buffer, log.cleaner.io.buffer.size, and grows it for a batch that does not fit) instead
     of two reads per batch. Where the buffer ends in a partial batch at the end of the file, or
     holds an impossible length, the file's own iterator takes over: it stops or raises as ever.
 
-    `skim(buffer, pos)`, where given, may handle a run of batches itself before the next one is
-    yielded (the native codec's walks: one call per buffer, not per batch); it returns the position
-    it got to, or -1 to stop reading."""
+    `skim(buffer, pos, buffer's file position)`, where given, may handle a run of batches itself
+    before the next one is yielded (the native codec's walks: one call per buffer, not per batch);
+    it returns the position it got to, or -1 to stop reading. `skip(position)`, before each read,
+    may move the position past batches that need not be read at all."""
     size = READ_CHUNK_BYTES
     while True:
+        if skip is not None:
+            position = skip(position)
         chunk = memoryview(file.read(position, min(size, max(file.size_in_bytes() - position, 0))))
         pos, end, length = 0, len(chunk), 0
         while end - pos >= LOG_OVERHEAD:
             if skim is not None:
-                pos = skim(chunk, pos)
+                pos = skim(chunk, pos, position)
                 if pos < 0:
                     return
                 if end - pos < LOG_OVERHEAD:
@@ -329,11 +332,13 @@ class Cleaner:
         position = segment.offset_index.lookup(start).position
         walked = [0]                # what the native walk reported: 0 go on, 1 stop, 2 map full
 
-        def skim(chunk, pos: int) -> int:
+        def skim(chunk, pos: int, chunk_position: int) -> int:
             """The plain batches of a buffer in one native call (Cleaner._map_segment's loop
-            below, for batches that are neither transactional nor control)."""
+            below, for batches that are neither transactional nor control); the codec keeps a
+            summary of each for the filter pass (`skip_batches`)."""
             pos, walked[0], read, m.latest_offset = codec.map_batches(
-                chunk, pos, start, next_segment_start, m.entries, m.max_desired_size, m.latest_offset)
+                chunk, pos, start, next_segment_start, m.entries, m.max_desired_size, m.latest_offset,
+                segment.base_offset, chunk_position)
             stats.map_records_read += read
             return -1 if walked[0] else pos
 
@@ -441,7 +446,7 @@ class Cleaner:
 
         m = self.offset_map
 
-        def skim(buffer, pos: int) -> int:
+        def skim(buffer, pos: int, buffer_position: int) -> int:
             """The plain batches of a buffer that are dropped or kept whole, in one native call
             (the loop below, for what `_filter_batch` would decide from the offset map alone)."""
             pos, spans, read, written, invalid, dropped, nbytes = self._codec.filter_batches(
@@ -455,9 +460,22 @@ class Cleaner:
             stats.bytes_read += nbytes
             return pos
 
+        def skip(position: int) -> int:
+            """Batches of the dirty section the map pass summarized and this pass drops whole are
+            passed over without being read again (kstore's shortcut; Kafka reads them twice)."""
+            position, read, invalid, dropped, nbytes = self._codec.skip_batches(
+                m.entries, source.base_offset, position, m.latest_offset, now, upper_bound,
+                last_records)
+            stats.records_read += read
+            stats.invalid_records += invalid
+            stats.tombstones_dropped += dropped
+            stats.bytes_read += nbytes
+            return position
+
         native_walk = self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
             m.walks_natively()
-        for batch in read_batches(source.log, skim=skim if native_walk else None):
+        for batch in read_batches(source.log, skim=skim if native_walk else None,
+                                  skip=skip if native_walk else None):
             stats.bytes_read += batch.size_in_bytes
             out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
             if out is None:

@@ -170,8 +170,8 @@ def test_the_offset_map_uses_the_table_natively_and_a_dict_in_pure_python():
         assert type(SkimpyOffsetMap(slots=10).entries) is dict
 
 
-def test_keys_hashed_eight_at_a_time_match_hashlib():
-    """map_keys hashes a batch's keys in 8 lanes when they fit one MD5 block (≤ 55 bytes), one by
+def test_keys_hashed_sixteen_at_a_time_match_hashlib():
+    """map_keys hashes a batch's keys in 16 lanes when they fit one MD5 block (≤ 55 bytes), one by
     one otherwise: every length across that boundary, in groups that leave lanes idle."""
     recs = [Record(os.urandom(n), b"v", T) for n in range(0, 71)]
     table = C.offset_table()
@@ -381,6 +381,40 @@ def test_filter_batches_decides_as_the_python_loop(buffer_kinds, data, map_lates
     assert got == expected
 
 
+def reference_skip(buffer, entries, map_latest, now, upper_bound, producers):
+    """The batches the filter pass may pass over unread: from the start, plain batches (all
+    summarized by a map walk from offset 0 into a map that did not fill) that it drops whole."""
+    pos, totals = 0, [0, 0, 0, 0]
+    for batch, recs in plain_batches(buffer, 0):
+        if recs == "raises" or batch.producer_id != -1 and batch.producer_id in producers or \
+                batch.next_offset == upper_bound:
+            break
+        kept, invalid, dropped, _ = filter_records(recs, entries, map_latest, batch.delete_horizon_ms, now)
+        if kept:
+            break
+        for i, n in enumerate((len(recs), invalid, dropped, batch.size_in_bytes)):
+            totals[i] += n
+        pos += batch.size_in_bytes
+    return (pos, *totals)
+
+
+@SETTINGS
+@given(read_buffers(), st.integers(-1, 60), st.integers(T - 5, T + 5), st.integers(0, 70),
+       st.booleans())
+def test_skip_batches_passes_over_what_the_filter_drops(buffer_kinds, map_latest, now, upper_bound,
+                                                       producer_known):
+    buffer, _ = buffer_kinds
+    producers = {7: None} if producer_known else {}
+    reference, table = {}, C.offset_table()
+    expected_map = reference_map_walk(buffer, 0, 0, 1 << 40, reference, 1 << 30, -1)
+    assert C.map_batches(buffer, 0, 0, 1 << 40, table, 1 << 30, -1, 3, 0) == expected_map
+    assert C.skip_batches(table, 3, 0, map_latest, now, upper_bound, producers) == \
+        reference_skip(buffer, reference, map_latest, now, upper_bound, producers)
+    assert C.skip_batches(table, 4, 0, map_latest, now, upper_bound, producers) == (0, 0, 0, 0, 0)
+    table.clear()                                          # a new round forgets the summaries
+    assert C.skip_batches(table, 3, 0, map_latest, now, upper_bound, producers) == (0, 0, 0, 0, 0)
+
+
 def test_filter_batches_reads_the_digests_the_map_pass_put():
     """The filter pass takes the digests map_batches put from the table's cache (the dirty
     section is hashed once). The cache trusts that it is read over the same records, as in one
@@ -403,10 +437,13 @@ def test_filter_batches_reads_the_digests_the_map_pass_put():
 @settings(SETTINGS, max_examples=max(10, SETTINGS.max_examples // 5))   # a log per example
 @given(st.lists(st.tuples(st.sampled_from(["plain", "plain", "idempotent", "gzip"]),
                           st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1,
-                                   max_size=8)), min_size=1, max_size=12))
-def test_cleanings_with_every_batch_kind_write_the_same_bytes(tmp_path_factory, batches_drawn):
+                                   max_size=8)), min_size=1, max_size=12),
+       st.sampled_from([24 * 5, 24 * 12, 1 << 20]))
+def test_cleanings_with_every_batch_kind_write_the_same_bytes(tmp_path_factory, batches_drawn,
+                                                              dedupe_buffer_size):
     """Whole cleanings, native and pure, of logs mixing plain, idempotent and compressed batches
-    with tombstones: the same files and the same stats."""
+    with tombstones, with offset maps that fill up (a partial round) or not: the same files and
+    the same stats."""
     outputs = []
     for context in (lambda: live.plug(), native.pure_python):
         with context():
@@ -424,7 +461,8 @@ def test_cleanings_with_every_batch_kind_write_the_same_bytes(tmp_path_factory, 
                     compression=records.Compression.GZIP if kind == "gzip" else records.Compression.NONE))
                 sequence += len(recs) if pid >= 0 else 0
             log.roll()
-            stats = LogCleaner(str(directory), clock).clean_log(log).stats
+            cleaner = LogCleaner(str(directory), clock, dedupe_buffer_size=dedupe_buffer_size)
+            stats = cleaner.clean_log(log).stats
             outputs.append(([open(s.log.path, "rb").read() for s in log.segments], stats.__dict__))
             log.close()
     assert outputs[0] == outputs[1]

@@ -44,6 +44,11 @@ read_unsigned(const uint8_t *buf, Py_ssize_t len, Py_ssize_t *pos, int max_bytes
 {
     uint64_t result = 0;
     Py_ssize_t p = *pos;
+    if (p < len && buf[p] < 0x80) {                  /* one byte: most lengths and deltas */
+        *pos = p + 1;
+        *out = buf[p];
+        return 0;
+    }
     for (int i = 0; i < max_bytes; i++) {
         if (p + i >= len)
             return -1;                               /* premature end of data */

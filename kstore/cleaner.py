@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .cleaner_native import FilterWalk, MapWalk
 from .clock import Clock
 from .errors import KStoreError
 from .index import INT32_MAX
@@ -46,7 +47,6 @@ from .records import (LENGTH_OFFSET, LOG_OVERHEAD, MIN_BATCH_LENGTH_FIELD, NO_PR
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
-MAP_FULL = 2                 # what the codec's map_batches answers when the offset map filled up
 
 
 class CleaningAbortedError(KStoreError):
@@ -330,20 +330,9 @@ class Cleaner:
         m = self.offset_map
         codec = native_codec()      # asked once per segment, not per batch
         position = segment.offset_index.lookup(start).position
-        walked = [0]                # what the native walk reported: 0 go on, 1 stop, 2 map full
-
-        def skim(chunk, pos: int, chunk_position: int) -> int:
-            """The plain batches of a buffer in one native call (Cleaner._map_segment's loop
-            below, for batches that are neither transactional nor control); the codec keeps a
-            summary of each for the filter pass (`skip_batches`)."""
-            pos, walked[0], read, m.latest_offset = codec.map_batches(
-                chunk, pos, start, next_segment_start, m.entries, m.max_desired_size, m.latest_offset,
-                segment.base_offset, chunk_position)
-            stats.map_records_read += read
-            return -1 if walked[0] else pos
-
-        native_walk = codec is not None and m.walks_natively()
-        for batch in read_batches(segment.log, position, skim if native_walk else None):
+        native = MapWalk(codec, m, segment.base_offset, start, next_segment_start, stats) \
+            if codec is not None and m.walks_natively() else None   # plain batches in C
+        for batch in read_batches(segment.log, position, native and native.skim):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
@@ -355,7 +344,7 @@ class Cleaner:
                     return True
             if batch.last_offset >= start:
                 m.update_latest_offset(batch.last_offset)
-        if walked[0] == MAP_FULL:
+        if native is not None and native.map_full:
             stats.map_entries = m.size
             return True
         m.update_latest_offset(next_segment_start - 1)   # cover offset gaps
@@ -444,38 +433,13 @@ class Cleaner:
             if max_timestamp > chunk_info[1]:
                 chunk_info[1], chunk_info[2] = max_timestamp, last_offset
 
-        m = self.offset_map
-
-        def skim(buffer, pos: int, buffer_position: int) -> int:
-            """The plain batches of a buffer that are dropped or kept whole, in one native call
-            (the loop below, for what `_filter_batch` would decide from the offset map alone)."""
-            pos, spans, read, written, invalid, dropped, nbytes = self._codec.filter_batches(
-                buffer, pos, m.entries, m.latest_offset, now, upper_bound, last_records)
-            for begin, end, last_offset, max_timestamp in spans:
-                keep(buffer[begin:end], last_offset, max_timestamp)   # copied verbatim
-            stats.records_read += read
-            stats.records_written += written
-            stats.invalid_records += invalid
-            stats.tombstones_dropped += dropped
-            stats.bytes_read += nbytes
-            return pos
-
-        def skip(position: int) -> int:
-            """Batches of the dirty section the map pass summarized and this pass drops whole are
-            passed over without being read again (kstore's shortcut; Kafka reads them twice)."""
-            position, read, invalid, dropped, nbytes = self._codec.skip_batches(
-                m.entries, source.base_offset, position, m.latest_offset, now, upper_bound,
-                last_records)
-            stats.records_read += read
-            stats.invalid_records += invalid
-            stats.tombstones_dropped += dropped
-            stats.bytes_read += nbytes
-            return position
-
-        native_walk = self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
-            m.walks_natively()
-        for batch in read_batches(source.log, skim=skim if native_walk else None,
-                                  skip=skip if native_walk else None):
+        native = None                  # dropped or kept-whole plain batches in C
+        if self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
+                self.offset_map.walks_natively():
+            native = FilterWalk(self._codec, self.offset_map, source.base_offset, now, upper_bound,
+                                last_records, stats, keep)
+        for batch in read_batches(source.log, skim=native and native.skim,
+                                  skip=native and native.skip):
             stats.bytes_read += batch.size_in_bytes
             out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
             if out is None:

@@ -867,14 +867,13 @@ md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint
         memset(block, 0, 64);
         memcpy(block, keys[l], (size_t)lens[l]);
         block[lens[l]] = 0x80;
-        uint64_t bits = (uint64_t)lens[l] * 8;
-        for (int i = 0; i < 8; i++)
-            block[56 + i] = (uint8_t)(bits >> (8 * i));
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-        for (int i = 0; i < 16; i++)                 /* MD5 reads little-endian words */
+        for (int i = 0; i < 14; i++)                 /* MD5 reads little-endian words */
             words[l][i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
                           | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
 #endif
+        words[l][14] = (uint32_t)lens[l] * 8;        /* the bit length, a 64-bit LE count */
+        words[l][15] = 0;
     }
     for (int i = 0; i < 16; i++)
         for (int l = 0; l < MD5_LANES; l++)
@@ -886,9 +885,13 @@ md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint
     MD5_64_STEPS(a, b, c, d, w);
     for (int l = 0; l < MD5_LANES; l++) {
         uint32_t h[4] = {0x67452301 + a[l], 0xefcdab89 + b[l], 0x98badcfe + c[l], 0x10325476 + d[l]};
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(out[l], h, 16);                       /* the digest is the words little-endian */
+#else
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++)
                 out[l][4 * i + j] = (uint8_t)(h[i] >> (8 * j));
+#endif
     }
 }
 

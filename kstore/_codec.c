@@ -860,24 +860,19 @@ typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
 MD5_TARGETS static void
 md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES])
 {
-    uint32_t words[MD5_LANES][16];               /* each lane's padded block as 16 words */
-    md5_vec w[16];
+    md5_vec w[16];                               /* word i of every lane's padded block */
+    memset(w, 0, sizeof w);
     for (int l = 0; l < MD5_LANES; l++) {
-        uint8_t *block = (uint8_t *)words[l];
-        memset(block, 0, 64);
+        uint8_t block[64];                       /* the key, 0x80, zeros: only its words written */
+        int n_words = (int)(lens[l] + 4) / 4;
+        memset(block, 0, (size_t)n_words * 4);
         memcpy(block, keys[l], (size_t)lens[l]);
         block[lens[l]] = 0x80;
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-        for (int i = 0; i < 14; i++)                 /* MD5 reads little-endian words */
-            words[l][i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
-                          | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
-#endif
-        words[l][14] = (uint32_t)lens[l] * 8;        /* the bit length, a 64-bit LE count */
-        words[l][15] = 0;
+        for (int i = 0; i < n_words; i++)        /* MD5 reads little-endian words */
+            w[i][l] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
+                      | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+        w[14][l] = (uint32_t)lens[l] * 8;        /* the bit length, a 64-bit LE count (< 2^32) */
     }
-    for (int i = 0; i < 16; i++)
-        for (int l = 0; l < MD5_LANES; l++)
-            w[i][l] = words[l][i];
     md5_vec a, b, c, d;
     for (int l = 0; l < MD5_LANES; l++) {
         a[l] = 0x67452301; b[l] = 0xefcdab89; c[l] = 0x98badcfe; d[l] = 0x10325476;

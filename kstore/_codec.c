@@ -1595,6 +1595,19 @@ simple_batch(const uint8_t *d, Py_ssize_t len, Py_ssize_t pos, SimpleBatch *b)
 
 enum { WALK_GO_ON = 0, WALK_STOP_OFFSET = 1, WALK_MAP_FULL = 2 };
 
+/* Is `producer_id` one of `producers` (the log's active producers, whose last batch is kept even
+ * when emptied)? 1 / 0, or -1 on a Python error. No producer id (-1) is never one. */
+static int
+known_producer(PyObject *producers, int64_t producer_id)
+{
+    if (producer_id == -1)
+        return 0;
+    PyObject *pid = PyLong_FromLongLong(producer_id);
+    int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
+    Py_XDECREF(pid);
+    return known;
+}
+
 /* Keep the summary of a plain batch the map pass saw whole (each record at base + i, every one
  * in the cache), so that the filter pass can decide it without its bytes. 0, or -1 on error. */
 static int
@@ -1705,15 +1718,11 @@ codec_filter_batches(PyObject *self, PyObject *args)
     const uint8_t *d = data.buf;
     SimpleBatch b;
     while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
-        if (b.producer_id != -1) {
-            PyObject *pid = PyLong_FromLongLong(b.producer_id);
-            int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
-            Py_XDECREF(pid);
-            if (known < 0)
-                goto done;
-            if (known)
-                break;                       /* maybe a producer's last batch: Python decides */
-        }
+        int known = known_producer(producers, b.producer_id);
+        if (known < 0)
+            goto done;
+        if (known)
+            break;                           /* maybe a producer's last batch: Python decides */
         if (b.records_count > keep_cap) {
             PyMem_Free(keep);
             keep_cap = b.records_count;
@@ -1806,15 +1815,11 @@ codec_skip_batches(PyObject *self, PyObject *args)
     OffsetTable *t = (OffsetTable *)entries;
     const BatchSummary *b;
     while ((b = find_summary(t, segment, position)) != NULL) {
-        if (b->producer_id != -1) {
-            PyObject *pid = PyLong_FromLongLong(b->producer_id);
-            int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
-            Py_XDECREF(pid);
-            if (known < 0)
-                goto error;
-            if (known)
-                break;
-        }
+        int known = known_producer(producers, b->producer_id);
+        if (known < 0)
+            goto error;
+        if (known)
+            break;
         if (b->last_offset + 1 == upper_bound)
             break;
         if (b->records_count > cap) {

@@ -1051,7 +1051,8 @@ struct OffsetTable {
     Py_ssize_t capacity, size;
     /* The digest cache: the MD5 of each key map_keys put, by offset - cache_base, so the filter
      * pass over the same (dirty) records does not hash their keys again. At most cache_max
-     * records (bounded with the map's budget); cached[i] holds CACHE_* flags for slot i. */
+     * records (the map's max entries, at most DIGEST_CACHE_MAX_RECORDS); cached[i] holds
+     * CACHE_* flags for slot i. */
     uint8_t (*cache)[16];
     uint8_t *cached;
     int64_t cache_base;
@@ -1145,8 +1146,11 @@ table_get(const OffsetTable *t, const uint8_t digest[16])
     return t->used[i] ? t->entries[i].offset : -1;
 }
 
-/* At most this many digests are cached (16 MiB + 1 MiB of flags per million records). */
-#define DIGEST_CACHE_MAX_RECORDS (1 << 22)
+/* At most this many digests are cached (16 MiB + 1 MiB of flags per million records: 34 MiB), and
+ * at most SUMMARIES_MAX batches summarized (72 bytes each: 18 MiB), whatever the map's budget;
+ * beyond that the filter pass hashes and reads as Kafka's does. */
+#define DIGEST_CACHE_MAX_RECORDS (1 << 21)
+#define SUMMARIES_MAX (1 << 18)
 
 /* Remember the digest of the key at `offset` (a no-op beyond the cache's bound or where memory
  * runs short: the filter pass then hashes that key again). */
@@ -1622,8 +1626,8 @@ summarize(OffsetTable *t, const SimpleBatch *b, const KeySpan *spans, int64_t se
     }
     if (t->summaries_len == t->summaries_cap) {
         Py_ssize_t cap = t->summaries_cap ? t->summaries_cap * 2 : 256;
-        if (cap > t->cache_max)
-            return 0;                        /* bounded with the cache */
+        if (cap > SUMMARIES_MAX)
+            return 0;                        /* bounded: the filter pass reads the rest */
         BatchSummary *more = PyMem_Realloc(t->summaries, (size_t)cap * sizeof(BatchSummary));
         if (more == NULL)
             return 0;                        /* short of memory: the filter pass reads it */

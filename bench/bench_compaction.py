@@ -1,9 +1,12 @@
 """Compaction and retention benchmarks.
 
 1. Cleaning throughput: a compacted log of 1M records (100-byte values) over 10k keys is cleaned in
-   one pass; MB/s cleaned is reported beside two reads of the same segments in the same run: a raw
-   sequential read of the files (the disk/page-cache limit) and a read that decodes every record
-   (the Python decoding limit the cleaner also pays). Also the space saved.
+   one pass. What is timed: `LogCleaner.clean_log` — the offset-map pass over the dirty segments,
+   the filter pass writing the `.cleaned` segment, its fsync and index, the swap and the checkpoint.
+   It is compared, in the same run, with a raw sequential read of the same segment files
+   (os.read in 1 MiB chunks from the page cache; best of 3) — the ratio is the goal — and with a
+   read that decodes every record (RecordBatch.records()). Wall clock and CPU time are both
+   recorded: on a shared machine the CPU ratio is the steadier one. Also the space saved.
 2. Retention pass time vs number of segments: a pass that finds nothing to delete (the common case:
    the walk stops at the first segment) and a pass that deletes every old segment.
 
@@ -20,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import MB, Timer, fmt_rate, scratch_dir  # noqa: E402
+import time  # noqa: E402
 
 from kstore import Log, ManualClock, Record  # noqa: E402
 from kstore.cleaner import LogCleaner  # noqa: E402
@@ -27,6 +31,17 @@ from kstore.records import build_batch  # noqa: E402
 
 VALUE = b"v" * 100
 T0 = 1_700_000_000_000
+
+
+class CpuTimer:
+    """`with CpuTimer() as t: ...` then `t.seconds` of this process's CPU time."""
+
+    def __enter__(self) -> "CpuTimer":
+        self.start = time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.process_time() - self.start
 
 
 def build_compacted_log(directory: Path, n_records: int, n_keys: int, clock: ManualClock) -> Log:
@@ -67,13 +82,16 @@ def bench_cleaning() -> dict:
             log = build_compacted_log(d, n_records, n_keys, clock)
         before = log.size_in_bytes()
         segments_before = log.number_of_segments
-        with Timer() as t_raw:
-            raw_bytes = read_raw(log)
+        raw_trials = []
+        for _ in range(3):
+            with Timer() as t_raw, CpuTimer() as c_raw:
+                raw_bytes = read_raw(log)
+            raw_trials.append((t_raw.seconds, c_raw.seconds))
         with Timer() as t_dec:
             decoded = read_decoded(log)
         assert raw_bytes == before and decoded == n_records
         cleaner = LogCleaner(str(d), clock)
-        with Timer() as t_clean:
+        with Timer() as t_clean, CpuTimer() as c_clean:
             result = cleaner.clean_log(log)
         after = log.size_in_bytes()
         survivors = log.records()
@@ -84,11 +102,17 @@ def bench_cleaning() -> dict:
         "segments_before": segments_before, "bytes_before": before, "bytes_after": after,
         "space_saved_fraction": 1 - after / before,
         "clean_seconds": t_clean.seconds, "clean_mb_s": before / MB / t_clean.seconds,
-        "raw_read_mb_s": before / MB / t_raw.seconds,
+        "clean_cpu_seconds": c_clean.seconds,
+        "raw_read_mb_s": before / MB / min(w for w, _ in raw_trials),
+        "raw_read_cpu_seconds": min(c for _, c in raw_trials),
         "decoding_read_mb_s": before / MB / t_dec.seconds,
         "records_written": result.stats.records_written,
+        "load_average_1min": os.getloadavg()[0],
+        "timed": "LogCleaner.clean_log (map pass, filter pass, write + fsync of the cleaned segment, "
+                 "swap, checkpoint) vs os.read of the same files in 1 MiB chunks (best of 3)",
     }
     out["clean_vs_raw_read"] = out["clean_mb_s"] / out["raw_read_mb_s"]
+    out["clean_vs_raw_read_cpu"] = out["raw_read_cpu_seconds"] / max(c_clean.seconds, 1e-9)
     out["clean_vs_decoding_read"] = out["clean_mb_s"] / out["decoding_read_mb_s"]
     return out
 
@@ -128,11 +152,14 @@ def main() -> dict:
     print(f"{c['records']:,} records over {c['keys']:,} keys, {c['segments_before']} segments, "
           f"{c['bytes_before'] / MB:.1f} MB → {c['bytes_after'] / MB:.2f} MB "
           f"(space saved {c['space_saved_fraction']:.1%})")
-    print(f"cleaning      : {c['clean_mb_s']:8.1f} MB/s ({c['clean_seconds']:.2f} s)")
-    print(f"raw read      : {c['raw_read_mb_s']:8.1f} MB/s   ratio cleaning/raw read      = "
-          f"{c['clean_vs_raw_read']:.3f}")
-    print(f"decoding read : {c['decoding_read_mb_s']:8.1f} MB/s   ratio cleaning/decoding read = "
-          f"{c['clean_vs_decoding_read']:.2f}")
+    print(f"LogCleaner.clean_log ÷ raw sequential read of the same segments = "
+          f"{c['clean_vs_raw_read']:.3f} (wall clock), {c['clean_vs_raw_read_cpu']:.3f} (CPU time); "
+          f"goal ≥ 0.25; load average {c['load_average_1min']:.1f}")
+    print(f"clean_log (map + filter + write/fsync + swap) : {c['clean_mb_s']:8.1f} MB/s "
+          f"({c['clean_seconds']:.3f} s wall, {c['clean_cpu_seconds']:.3f} s CPU)")
+    print(f"raw read (os.read, 1 MiB chunks, best of 3)   : {c['raw_read_mb_s']:8.1f} MB/s")
+    print(f"decoding read (RecordBatch.records())         : {c['decoding_read_mb_s']:8.1f} MB/s   "
+          f"cleaning ÷ decoding read = {c['clean_vs_decoding_read']:.2f}")
     print("\n== retention pass time vs number of segments ==")
     r = bench_retention()
     for row in r:
@@ -143,13 +170,15 @@ def main() -> dict:
 
     def draw(axes):
         ax1, ax2 = axes
-        names = ["cleaning", "decoding read", "raw read"]
+        names = ["LogCleaner.clean_log", "RecordBatch.records()\nover the segments",
+                 "os.read of the\nsegment files"]
         values = [c["clean_mb_s"], c["decoding_read_mb_s"], c["raw_read_mb_s"]]
         ax1.barh(names, values, color=["tab:orange", "tab:blue", "tab:gray"])
         ax1.set_xscale("log")
         ax1.set_xlabel("MB/s (log scale)")
-        ax1.set_title(f"{c['records']:,} records / {c['keys']:,} keys: "
-                      f"{c['space_saved_fraction']:.0%} saved")
+        ax1.set_title(f"{c['records']:,} records / {c['keys']:,} keys, {c['space_saved_fraction']:.0%} "
+                      f"saved\nclean ÷ raw read = {c['clean_vs_raw_read']:.3f} wall, "
+                      f"{c['clean_vs_raw_read_cpu']:.3f} CPU (goal ≥ 0.25)", fontsize=9)
         xs = [row["segments"] for row in r]
         ax2.plot(xs, [row["nothing_to_delete_ms"] for row in r], "o-", label="pass, nothing to delete")
         ax2.plot(xs, [row["delete_all_ms"] for row in r], "s-", label="pass deleting every segment")

@@ -28,7 +28,8 @@ CPU clock).
                   bench_append has the wall-clock view.
   compaction      LogCleaner.clean_log of a 16 MiB-segment compacted log (100-byte values, 10k
                   keys) ÷ a raw sequential read of the same segment files (MB/s ÷ MB/s, wall clock,
-                  bench_compaction). Goal ≥ 0.25.
+                  best of 3 reads; the CPU-time ratio is recorded beside it; bench_compaction).
+                  Goal ≥ 0.25.
 
 Two goals need a broker process and come from bench_fetch (run_all passes them in):
   produce_e2e     confluent-kafka producing 100-byte records to `kstore serve` over loopback
@@ -238,7 +239,9 @@ def bench_compaction_ratio() -> dict:
             c = bench_compaction.bench_cleaning()
         out[codec] = {"value": c["clean_vs_raw_read"], "clean_mb_s": c["clean_mb_s"],
                       "raw_read_mb_s": c["raw_read_mb_s"], "records": c["records"],
-                      "statistic": "one cleaning ÷ one raw read, wall clock"}
+                      "cpu_time_ratio": c["clean_vs_raw_read_cpu"],
+                      "load_average_1min": c["load_average_1min"],
+                      "statistic": "one cleaning ÷ best of 3 raw reads, wall clock"}
     return out
 
 

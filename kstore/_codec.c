@@ -781,6 +781,14 @@ codec_record_size_in_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* ------------------------------------------------------------------------------------------ */
 
+static PyObject *codec_map_keys(PyObject *self, PyObject *args);
+static PyObject *codec_filter_records(PyObject *self, PyObject *args);
+static PyObject *codec_md5(PyObject *self, PyObject *args);
+static PyObject *codec_offset_table(PyObject *self, PyObject *noargs);
+static PyObject *codec_map_batches(PyObject *self, PyObject *args);
+static PyObject *codec_filter_batches(PyObject *self, PyObject *args);
+static PyObject *codec_skip_batches(PyObject *self, PyObject *args);
+
 static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
      "validate_records(data, base_offset, records_count) -> (count, null_key) or None.\n"
@@ -801,6 +809,30 @@ static PyMethodDef codec_methods[] = {
     {"record_size_in_bytes", (PyCFunction)(void (*)(void))codec_record_size_in_bytes, METH_FASTCALL,
      "record_size_in_bytes(offset_delta, timestamp_delta, key, value, headers) -> int or None.\n"
      "Mirrors kstore.records.record_size_in_bytes; None where the reference raises or takes other types."},
+    {"map_keys", codec_map_keys, METH_VARARGS,
+     "map_keys(data, base_offset, records_count, start, entries, max_entries) -> "
+     "(records read, map full, latest offset put or -1) or None.\n"
+     "Mirrors kstore.offset_map.map_keys; None where the reference raises."},
+    {"filter_records", codec_filter_records, METH_VARARGS,
+     "filter_records(data, base_offset, records_count, entries, map_latest_offset, "
+     "batch_delete_horizon, now) -> (kept indexes, invalid, tombstones dropped, tombstones kept) "
+     "or None.\nMirrors kstore.cleaner.filter_records; None where the reference raises."},
+    {"md5", codec_md5, METH_VARARGS, "md5(data) -> the 16-byte MD5 digest (SkimpyOffsetMap.hash_key)."},
+    {"offset_table", codec_offset_table, METH_NOARGS,
+     "offset_table() -> an empty OffsetTable (SkimpyOffsetMap.entries where the native codec runs)."},
+    {"map_batches", codec_map_batches, METH_VARARGS,
+     "map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest) -> "
+     "(pos, status 0 go on / 1 stop offset reached / 2 map full, records read, map latest).\n"
+     "Cleaner._map_segment's loop over the plain batches of a read buffer."},
+    {"filter_batches", codec_filter_batches, METH_VARARGS,
+     "filter_batches(buffer, pos, table, map_latest, now, upper_bound, producers) -> (pos, kept "
+     "[(begin, end, last offset, max timestamp)], records read, records written, invalid, "
+     "tombstones dropped, bytes read).\nCleaner._clean_into's loop over the plain batches of a "
+     "read buffer that are dropped or kept whole."},
+    {"skip_batches", codec_skip_batches, METH_VARARGS,
+     "skip_batches(table, segment, position, map_latest, now, upper_bound, producers) -> "
+     "(position, records read, invalid, tombstones dropped, bytes read).\nThe batches from "
+     "`position` that map_batches summarized and the filter pass drops whole, passed over unread."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -814,4 +846,1160 @@ PyMODINIT_FUNC
 PyInit__codec(void)
 {
     return PyModule_Create(&codec_module);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The cleaner's two passes (kstore/cleaner.py, kstore/offset_map.py)                         */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ *   map_keys(data, base_offset, records_count, start,
+ *            entries, max_entries)                  -> offset_map.map_keys
+ *   filter_records(data, base_offset, records_count,
+ *                  entries, map_latest_offset,
+ *                  batch_delete_horizon, now)       -> cleaner.filter_records
+ *   md5(data)                                       -> hashlib.md5(data).digest()
+ *
+ * `entries` is the SkimpyOffsetMap's dict: MD5 digest of a key -> the latest offset of that key.
+ * Both walk the records section once in place (no Record objects) with the checks of
+ * records.decode_records, and return None where the reference would raise.
+ */
+
+/* MD5 (RFC 1321): the key hash of Kafka's SkimpyOffsetMap, computed here without a Python call.
+ * The 64 steps are unrolled (constants K[i] = floor(|sin(i + 1)| * 2^32)): one step per line. */
+#define MD5_F(x, y, z) (((x) & (y)) | (~(x) & (z)))
+#define MD5_G(x, y, z) (((x) & (z)) | ((y) & ~(z)))
+#define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
+#define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
+#define MD5_STEP(f, a, b, c, d, x, k, s) do { \
+        (a) += MD5_##f((b), (c), (d)) + (x) + (k); \
+        (a) = (((a) << (s)) | ((a) >> (32 - (s)))) + (b); \
+    } while (0)
+
+/* The 64 steps, one per line; a, b, c, d and w[16] are uint32_t (md5_block) or vectors (md5_lanes). */
+#define MD5_64_STEPS(a, b, c, d, w) do { \
+        MD5_STEP(F, a, b, c, d, w[0], 0xd76aa478U, 7); \
+        MD5_STEP(F, d, a, b, c, w[1], 0xe8c7b756U, 12); \
+        MD5_STEP(F, c, d, a, b, w[2], 0x242070dbU, 17); \
+        MD5_STEP(F, b, c, d, a, w[3], 0xc1bdceeeU, 22); \
+        MD5_STEP(F, a, b, c, d, w[4], 0xf57c0fafU, 7); \
+        MD5_STEP(F, d, a, b, c, w[5], 0x4787c62aU, 12); \
+        MD5_STEP(F, c, d, a, b, w[6], 0xa8304613U, 17); \
+        MD5_STEP(F, b, c, d, a, w[7], 0xfd469501U, 22); \
+        MD5_STEP(F, a, b, c, d, w[8], 0x698098d8U, 7); \
+        MD5_STEP(F, d, a, b, c, w[9], 0x8b44f7afU, 12); \
+        MD5_STEP(F, c, d, a, b, w[10], 0xffff5bb1U, 17); \
+        MD5_STEP(F, b, c, d, a, w[11], 0x895cd7beU, 22); \
+        MD5_STEP(F, a, b, c, d, w[12], 0x6b901122U, 7); \
+        MD5_STEP(F, d, a, b, c, w[13], 0xfd987193U, 12); \
+        MD5_STEP(F, c, d, a, b, w[14], 0xa679438eU, 17); \
+        MD5_STEP(F, b, c, d, a, w[15], 0x49b40821U, 22); \
+        MD5_STEP(G, a, b, c, d, w[1], 0xf61e2562U, 5); \
+        MD5_STEP(G, d, a, b, c, w[6], 0xc040b340U, 9); \
+        MD5_STEP(G, c, d, a, b, w[11], 0x265e5a51U, 14); \
+        MD5_STEP(G, b, c, d, a, w[0], 0xe9b6c7aaU, 20); \
+        MD5_STEP(G, a, b, c, d, w[5], 0xd62f105dU, 5); \
+        MD5_STEP(G, d, a, b, c, w[10], 0x02441453U, 9); \
+        MD5_STEP(G, c, d, a, b, w[15], 0xd8a1e681U, 14); \
+        MD5_STEP(G, b, c, d, a, w[4], 0xe7d3fbc8U, 20); \
+        MD5_STEP(G, a, b, c, d, w[9], 0x21e1cde6U, 5); \
+        MD5_STEP(G, d, a, b, c, w[14], 0xc33707d6U, 9); \
+        MD5_STEP(G, c, d, a, b, w[3], 0xf4d50d87U, 14); \
+        MD5_STEP(G, b, c, d, a, w[8], 0x455a14edU, 20); \
+        MD5_STEP(G, a, b, c, d, w[13], 0xa9e3e905U, 5); \
+        MD5_STEP(G, d, a, b, c, w[2], 0xfcefa3f8U, 9); \
+        MD5_STEP(G, c, d, a, b, w[7], 0x676f02d9U, 14); \
+        MD5_STEP(G, b, c, d, a, w[12], 0x8d2a4c8aU, 20); \
+        MD5_STEP(H, a, b, c, d, w[5], 0xfffa3942U, 4); \
+        MD5_STEP(H, d, a, b, c, w[8], 0x8771f681U, 11); \
+        MD5_STEP(H, c, d, a, b, w[11], 0x6d9d6122U, 16); \
+        MD5_STEP(H, b, c, d, a, w[14], 0xfde5380cU, 23); \
+        MD5_STEP(H, a, b, c, d, w[1], 0xa4beea44U, 4); \
+        MD5_STEP(H, d, a, b, c, w[4], 0x4bdecfa9U, 11); \
+        MD5_STEP(H, c, d, a, b, w[7], 0xf6bb4b60U, 16); \
+        MD5_STEP(H, b, c, d, a, w[10], 0xbebfbc70U, 23); \
+        MD5_STEP(H, a, b, c, d, w[13], 0x289b7ec6U, 4); \
+        MD5_STEP(H, d, a, b, c, w[0], 0xeaa127faU, 11); \
+        MD5_STEP(H, c, d, a, b, w[3], 0xd4ef3085U, 16); \
+        MD5_STEP(H, b, c, d, a, w[6], 0x04881d05U, 23); \
+        MD5_STEP(H, a, b, c, d, w[9], 0xd9d4d039U, 4); \
+        MD5_STEP(H, d, a, b, c, w[12], 0xe6db99e5U, 11); \
+        MD5_STEP(H, c, d, a, b, w[15], 0x1fa27cf8U, 16); \
+        MD5_STEP(H, b, c, d, a, w[2], 0xc4ac5665U, 23); \
+        MD5_STEP(I, a, b, c, d, w[0], 0xf4292244U, 6); \
+        MD5_STEP(I, d, a, b, c, w[7], 0x432aff97U, 10); \
+        MD5_STEP(I, c, d, a, b, w[14], 0xab9423a7U, 15); \
+        MD5_STEP(I, b, c, d, a, w[5], 0xfc93a039U, 21); \
+        MD5_STEP(I, a, b, c, d, w[12], 0x655b59c3U, 6); \
+        MD5_STEP(I, d, a, b, c, w[3], 0x8f0ccc92U, 10); \
+        MD5_STEP(I, c, d, a, b, w[10], 0xffeff47dU, 15); \
+        MD5_STEP(I, b, c, d, a, w[1], 0x85845dd1U, 21); \
+        MD5_STEP(I, a, b, c, d, w[8], 0x6fa87e4fU, 6); \
+        MD5_STEP(I, d, a, b, c, w[15], 0xfe2ce6e0U, 10); \
+        MD5_STEP(I, c, d, a, b, w[6], 0xa3014314U, 15); \
+        MD5_STEP(I, b, c, d, a, w[13], 0x4e0811a1U, 21); \
+        MD5_STEP(I, a, b, c, d, w[4], 0xf7537e82U, 6); \
+        MD5_STEP(I, d, a, b, c, w[11], 0xbd3af235U, 10); \
+        MD5_STEP(I, c, d, a, b, w[2], 0x2ad7d2bbU, 15); \
+        MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21); \
+    } while (0)
+
+static void
+md5_block(uint32_t h[4], const uint8_t *block)
+{
+    uint32_t w[16];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
+               | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
+    MD5_64_STEPS(a, b, c, d, w);
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+}
+
+static void
+md5_digest(const uint8_t *p, Py_ssize_t n, uint8_t out[16])
+{
+    uint32_t h[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+    Py_ssize_t done = 0;
+    for (; n - done >= 64; done += 64)
+        md5_block(h, p + done);
+    uint8_t tail[128] = {0};
+    Py_ssize_t rest = n - done;
+    memcpy(tail, p + done, (size_t)rest);
+    tail[rest] = 0x80;
+    Py_ssize_t tail_len = rest + 9 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)n * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tail_len - 8 + i] = (uint8_t)(bits >> (8 * i));
+    md5_block(h, tail);
+    if (tail_len == 128)
+        md5_block(h, tail + 64);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(h[i] >> (8 * j));
+}
+
+/* Sixteen keys of up to 55 bytes at once (each one padded block): the same 64 steps on 16-lane
+ * vectors (GCC/Clang vector extensions: SIMD where the target has it, plain code elsewhere). The
+ * cleaner hashes every key of a batch, so the lanes are always full but for the last group. */
+#define MD5_LANES 16
+#define MD5_ONE_BLOCK_MAX 55
+typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
+
+/* Built for AVX-512 and AVX2 as well where GCC can pick one at load time (x86-64 Linux): with
+ * AVX-512 the 16 lanes fit one register and a rotate is one instruction. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+        && defined(__GLIBC__)
+#define MD5_TARGETS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MD5_TARGETS
+#endif
+
+MD5_TARGETS static void
+md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES])
+{
+    md5_vec w[16];                               /* word i of every lane's padded block */
+    memset(w, 0, sizeof w);
+    for (int l = 0; l < MD5_LANES; l++) {
+        uint8_t block[64];                       /* the key, 0x80, zeros: only its words written */
+        int n_words = (int)(lens[l] + 4) / 4;
+        memset(block, 0, (size_t)n_words * 4);
+        memcpy(block, keys[l], (size_t)lens[l]);
+        block[lens[l]] = 0x80;
+        for (int i = 0; i < n_words; i++)        /* MD5 reads little-endian words */
+            w[i][l] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
+                      | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+        w[14][l] = (uint32_t)lens[l] * 8;        /* the bit length, a 64-bit LE count (< 2^32) */
+    }
+    md5_vec a, b, c, d;
+    for (int l = 0; l < MD5_LANES; l++) {
+        a[l] = 0x67452301; b[l] = 0xefcdab89; c[l] = 0x98badcfe; d[l] = 0x10325476;
+    }
+    MD5_64_STEPS(a, b, c, d, w);
+    for (int l = 0; l < MD5_LANES; l++) {
+        uint32_t h[4] = {0x67452301 + a[l], 0xefcdab89 + b[l], 0x98badcfe + c[l], 0x10325476 + d[l]};
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(out[l], h, 16);                       /* the digest is the words little-endian */
+#else
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                out[l][4 * i + j] = (uint8_t)(h[i] >> (8 * j));
+#endif
+    }
+}
+
+static PyObject *
+codec_md5(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    uint8_t digest[16];
+    if (!PyArg_ParseTuple(args, "y*:md5", &data))
+        return NULL;
+    md5_digest((const uint8_t *)data.buf, data.len, digest);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)digest, 16);
+}
+
+/* What the cleaner needs of one record: where its key is, and whether it has a value. */
+typedef struct {
+    int64_t offset;
+    const uint8_t *key;          /* NULL: a null key */
+    Py_ssize_t key_len;
+    int value_null;
+    int hashed;                  /* digest already known (the digest cache) */
+    uint8_t digest[16];          /* MD5 of the key (filled by digest_spans) */
+} KeySpan;
+
+/* The MD5 of every non-null key, MD5_LANES at a time where the keys fit in one block. */
+static void
+digest_spans(KeySpan *spans, long long count)
+{
+    const uint8_t *keys[MD5_LANES];
+    Py_ssize_t lens[MD5_LANES];
+    uint8_t *outs[MD5_LANES];
+    int n = 0;
+    for (long long i = 0; i < count; i++) {
+        KeySpan *s = &spans[i];
+        if (s->key == NULL || s->hashed)
+            continue;
+        if (s->key_len > MD5_ONE_BLOCK_MAX) {
+            md5_digest(s->key, s->key_len, s->digest);
+            continue;
+        }
+        keys[n] = s->key;
+        lens[n] = s->key_len;
+        outs[n] = s->digest;
+        if (++n == MD5_LANES) {
+            md5_lanes(keys, lens, outs);
+            n = 0;
+        }
+    }
+    for (int l = n; n > 0 && l < MD5_LANES; l++) {   /* fill the idle lanes with a copy */
+        keys[l] = keys[0];
+        lens[l] = lens[0];
+        outs[l] = outs[0];
+    }
+    if (n > 0)
+        md5_lanes(keys, lens, outs);
+}
+
+/* Skip a record's headers with the checks of read_headers (1 = ok, 0 = the reference raises). */
+static int
+skip_headers(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t end)
+{
+    int64_t n, klen;
+    if (read_varint(d, len, pos, &n) < 0 || n < 0 || n > (int64_t)(end - *pos))
+        return 0;
+    for (int64_t h = 0; h < n; h++) {
+        if (read_varint(d, len, pos, &klen) < 0 || klen < 0 || *pos + klen > end)
+            return 0;
+        *pos += klen;
+        if (!skip_field(d, len, pos, end))
+            return 0;
+    }
+    return 1;
+}
+
+/* The walk of decode_walk without building objects: 1 = every record's span in `spans`, 0 = the
+ * reference raises. */
+static int
+walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
+               KeySpan *spans)
+{
+    Py_ssize_t pos = 0;
+    for (long long i = 0; i < count; i++) {
+        int64_t size, v, offset_delta, klen;
+        if (pos >= len || read_varint(d, len, &pos, &size) < 0)
+            return 0;
+        Py_ssize_t end = pos + size;
+        if (size < 0 || end > len)
+            return 0;
+        pos += 1;                                            /* attributes */
+        if (read_varlong(d, len, &pos, &v) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
+            return 0;
+        if (read_varint(d, len, &pos, &klen) < 0)
+            return 0;
+        spans[i].key = NULL;
+        spans[i].key_len = 0;
+        spans[i].hashed = 0;
+        if (klen >= 0) {
+            if (pos + klen > end)
+                return 0;
+            spans[i].key = d + pos;
+            spans[i].key_len = (Py_ssize_t)klen;
+            pos += klen;
+        }
+        Py_ssize_t value_at = pos;
+        if (read_varint(d, len, &value_at, &v) < 0)
+            return 0;
+        spans[i].value_null = v < 0;
+        if (!skip_field(d, len, &pos, end) || !skip_headers(d, len, &pos, end))
+            return 0;
+        if (pos != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &spans[i].offset))
+            return 0;
+    }
+    return pos == len;
+}
+
+typedef struct OffsetTable OffsetTable;
+static void cache_lookup_spans(const OffsetTable *t, KeySpan *spans, long long count);
+
+/* The spans of a records section (PyMem buffer in *spans), 1; 0 = the reference raises; -1 = error.
+ * `cached`: an OffsetTable whose digest cache supplies the digests it holds (NULL: hash all). */
+static int
+key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
+          const OffsetTable *cached, KeySpan **spans)
+{
+    *spans = NULL;
+    if (count < 0 || count > len)           /* each record takes at least one byte */
+        return count == 0 ? 1 : 0;
+    *spans = PyMem_Malloc(sizeof(KeySpan) * (size_t)(count ? count : 1));
+    if (*spans == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!walk_key_spans(d, len, base_offset, count, *spans))
+        return 0;
+    if (cached != NULL)
+        cache_lookup_spans(cached, *spans, count);
+    digest_spans(*spans, count);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* OffsetTable: the offset map's entries as Kafka's SkimpyOffsetMap holds them                */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * An open-addressing table of 24-byte entries (16-byte MD5 digest + int64 offset), probed linearly
+ * from the digest's first 8 bytes, as Kafka's SkimpyOffsetMap lays out its buffer. Unlike Kafka's
+ * it starts small and doubles (kstore counts entries against the dedupe budget in Python). It
+ * stands in for the dict of SkimpyOffsetMap.entries where the native codec runs: the same mapping
+ * (digest bytes -> int offset: len, [], get, clear, items), without a Python object per entry, so
+ * map_keys and filter_records read and write it in place.
+ */
+typedef struct {
+    uint8_t digest[16];
+    int64_t offset;
+} TableEntry;
+
+struct OffsetTable {
+    PyObject_HEAD
+    TableEntry *entries;
+    uint8_t *used;
+    Py_ssize_t capacity, size;
+    /* The digest cache: the MD5 of each key map_keys put, by offset - cache_base, so the filter
+     * pass over the same (dirty) records does not hash their keys again. At most cache_max
+     * records (the map's max entries, at most DIGEST_CACHE_MAX_RECORDS); cached[i] holds
+     * CACHE_* flags for slot i. */
+    uint8_t (*cache)[16];
+    uint8_t *cached;
+    int64_t cache_base;
+    Py_ssize_t cache_len, cache_cap, cache_max;
+    /* The plain batches map_batches saw whole, by (segment, file position): with the cache they
+     * are all the filter pass needs to drop such a batch without reading it again. */
+    struct BatchSummary *summaries;
+    Py_ssize_t summaries_len, summaries_cap;
+};
+
+#define CACHE_KNOWN 1        /* the record at this offset was seen by the map pass */
+#define CACHE_KEYED 2        /* ... it has a key, whose digest is cached */
+#define CACHE_TOMBSTONE 4    /* ... its value is null */
+
+typedef struct BatchSummary {
+    int64_t segment, position, base_offset, last_offset, base_timestamp, producer_id;
+    Py_ssize_t size;
+    long long records_count;
+    int attributes;
+} BatchSummary;
+
+static PyTypeObject OffsetTableType;
+
+static inline size_t
+table_slot(const OffsetTable *t, const uint8_t digest[16])
+{
+    uint64_t h;
+    memcpy(&h, digest, 8);
+    return (size_t)(h & (uint64_t)(t->capacity - 1));
+}
+
+/* The slot holding `digest`, or the empty slot where it would go. */
+static inline size_t
+table_find(const OffsetTable *t, const uint8_t digest[16])
+{
+    size_t mask = (size_t)t->capacity - 1, i = table_slot(t, digest);
+    while (t->used[i] && memcmp(t->entries[i].digest, digest, 16) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static int
+table_resize(OffsetTable *t, Py_ssize_t capacity)
+{
+    TableEntry *old_entries = t->entries;
+    uint8_t *old_used = t->used;
+    Py_ssize_t old_capacity = t->capacity;
+    t->entries = PyMem_Calloc((size_t)capacity, sizeof(TableEntry));
+    t->used = PyMem_Calloc((size_t)capacity, 1);
+    if (t->entries == NULL || t->used == NULL) {
+        PyMem_Free(t->entries);
+        PyMem_Free(t->used);
+        t->entries = old_entries;
+        t->used = old_used;
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->capacity = capacity;
+    for (Py_ssize_t i = 0; i < old_capacity; i++) {
+        if (old_used[i]) {
+            size_t j = table_find(t, old_entries[i].digest);
+            t->entries[j] = old_entries[i];
+            t->used[j] = 1;
+        }
+    }
+    PyMem_Free(old_entries);
+    PyMem_Free(old_used);
+    return 0;
+}
+
+static int
+table_put(OffsetTable *t, const uint8_t digest[16], int64_t offset)
+{
+    if ((t->size + 1) * 2 > t->capacity && table_resize(t, t->capacity * 2) < 0)
+        return -1;
+    size_t i = table_find(t, digest);
+    if (!t->used[i]) {
+        memcpy(t->entries[i].digest, digest, 16);
+        t->used[i] = 1;
+        t->size++;
+    }
+    t->entries[i].offset = offset;
+    return 0;
+}
+
+/* The offset of `digest`, or -1 when absent (SkimpyOffsetMap.get). */
+static inline int64_t
+table_get(const OffsetTable *t, const uint8_t digest[16])
+{
+    size_t i = table_find(t, digest);
+    return t->used[i] ? t->entries[i].offset : -1;
+}
+
+/* At most this many digests are cached (16 MiB + 1 MiB of flags per million records: 34 MiB), and
+ * at most SUMMARIES_MAX batches summarized (72 bytes each: 18 MiB), whatever the map's budget;
+ * beyond that the filter pass hashes and reads as Kafka's does. */
+#define DIGEST_CACHE_MAX_RECORDS (1 << 21)
+#define SUMMARIES_MAX (1 << 18)
+
+/* Remember the digest of the key at `offset` (a no-op beyond the cache's bound or where memory
+ * runs short: the filter pass then hashes that key again). */
+static void
+cache_store(OffsetTable *t, int64_t offset, const uint8_t *digest, int value_null)
+{
+    if (t->cache_len == 0)
+        t->cache_base = offset;
+    int64_t i = offset - t->cache_base;
+    if (i < 0 || i >= t->cache_max)
+        return;
+    if (i >= t->cache_cap) {
+        Py_ssize_t cap = t->cache_cap ? t->cache_cap : 4096;
+        while (cap <= i)
+            cap *= 2;
+        if (cap > t->cache_max)
+            cap = t->cache_max;
+        uint8_t (*cache)[16] = PyMem_Realloc(t->cache, (size_t)cap * 16);
+        if (cache == NULL)
+            return;
+        t->cache = cache;
+        uint8_t *cached = PyMem_Realloc(t->cached, (size_t)cap);
+        if (cached == NULL)
+            return;
+        memset(cached + t->cache_cap, 0, (size_t)(cap - t->cache_cap));
+        t->cached = cached;
+        t->cache_cap = cap;
+    }
+    if (digest != NULL)
+        memcpy(t->cache[i], digest, 16);
+    t->cached[i] = CACHE_KNOWN | (digest != NULL ? CACHE_KEYED : 0) | (value_null ? CACHE_TOMBSTONE : 0);
+    if (i >= t->cache_len)
+        t->cache_len = i + 1;
+}
+
+static void
+cache_lookup_spans(const OffsetTable *t, KeySpan *spans, long long count)
+{
+    for (long long k = 0; k < count; k++) {
+        int64_t i = spans[k].offset - t->cache_base;
+        if (spans[k].key != NULL && i >= 0 && i < t->cache_len && (t->cached[i] & CACHE_KEYED)) {
+            memcpy(spans[k].digest, t->cache[i], 16);
+            spans[k].hashed = 1;
+        }
+    }
+}
+
+#define TABLE_INITIAL_CAPACITY 64
+
+static PyObject *
+codec_offset_table(PyObject *self, PyObject *noargs)
+{
+    if (!(OffsetTableType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&OffsetTableType) < 0)
+        return NULL;
+    OffsetTable *t = PyObject_New(OffsetTable, &OffsetTableType);
+    if (t == NULL)
+        return NULL;
+    t->entries = NULL;
+    t->used = NULL;
+    t->capacity = t->size = 0;
+    t->cache = NULL;
+    t->cached = NULL;
+    t->cache_base = 0;
+    t->cache_len = t->cache_cap = t->cache_max = 0;
+    t->summaries = NULL;
+    t->summaries_len = t->summaries_cap = 0;
+    if (table_resize(t, TABLE_INITIAL_CAPACITY) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyObject *)t;
+}
+
+static void
+table_dealloc(OffsetTable *t)
+{
+    PyMem_Free(t->entries);
+    PyMem_Free(t->used);
+    PyMem_Free(t->cache);
+    PyMem_Free(t->cached);
+    PyMem_Free(t->summaries);
+    PyObject_Free(t);
+}
+
+/* A 16-byte digest key (1), or -1 with the TypeError a non-digest key gets. */
+static int
+table_key(PyObject *key, uint8_t digest[16])
+{
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        PyErr_SetString(PyExc_TypeError, "an offset table key is a 16-byte MD5 digest (bytes)");
+        return -1;
+    }
+    memcpy(digest, PyBytes_AS_STRING(key), 16);
+    return 1;
+}
+
+static Py_ssize_t
+table_len(OffsetTable *t)
+{
+    return t->size;
+}
+
+static PyObject *
+table_subscript(OffsetTable *t, PyObject *key)
+{
+    uint8_t digest[16];
+    if (table_key(key, digest) < 0)
+        return NULL;
+    size_t i = table_find(t, digest);
+    if (!t->used[i]) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    return PyLong_FromLongLong(t->entries[i].offset);
+}
+
+static int
+table_ass_subscript(OffsetTable *t, PyObject *key, PyObject *value)
+{
+    uint8_t digest[16];
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "offset table entries are never deleted (clear() empties it)");
+        return -1;
+    }
+    if (table_key(key, digest) < 0)
+        return -1;
+    long long offset = PyLong_AsLongLong(value);
+    if (offset == -1 && PyErr_Occurred())
+        return -1;
+    return table_put(t, digest, offset);
+}
+
+static PyObject *
+table_get_method(OffsetTable *t, PyObject *args)
+{
+    PyObject *key, *missing = Py_None;
+    uint8_t digest[16];
+    if (!PyArg_ParseTuple(args, "O|O:get", &key, &missing) || table_key(key, digest) < 0)
+        return NULL;
+    size_t i = table_find(t, digest);
+    return t->used[i] ? PyLong_FromLongLong(t->entries[i].offset) : Py_NewRef(missing);
+}
+
+static PyObject *
+table_clear(OffsetTable *t, PyObject *noargs)
+{
+    memset(t->used, 0, (size_t)t->capacity);
+    t->size = 0;
+    if (t->cached != NULL)
+        memset(t->cached, 0, (size_t)t->cache_len);
+    t->cache_len = 0;
+    t->summaries_len = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+table_items(OffsetTable *t, PyObject *noargs)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < t->capacity; i++) {
+        if (!t->used[i])
+            continue;
+        PyObject *pair = Py_BuildValue("(y#L)", (const char *)t->entries[i].digest, (Py_ssize_t)16,
+                                       (long long)t->entries[i].offset);
+        if (pair == NULL || PyList_Append(out, pair) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    return out;
+}
+
+static PyMappingMethods table_as_mapping = {
+    (lenfunc)table_len, (binaryfunc)table_subscript, (objobjargproc)table_ass_subscript,
+};
+
+static PyMethodDef table_methods[] = {
+    {"get", (PyCFunction)table_get_method, METH_VARARGS, "get(digest, default=None) -> offset"},
+    {"clear", (PyCFunction)table_clear, METH_NOARGS, "Remove every entry."},
+    {"items", (PyCFunction)table_items, METH_NOARGS, "[(digest, offset), ...] in table order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject OffsetTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kstore._codec.OffsetTable",
+    .tp_basicsize = sizeof(OffsetTable),
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_as_mapping = &table_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The offset map's entries: MD5 digest of a key -> latest offset (see offset_map.py).",
+    .tp_methods = table_methods,
+};
+
+/* The latest offset of a key in the map, or -1 (SkimpyOffsetMap.get); -2 on a Python error. */
+static int64_t
+map_get(PyObject *entries, const KeySpan *s)
+{
+    if (Py_IS_TYPE(entries, &OffsetTableType))
+        return table_get((OffsetTable *)entries, s->digest);
+    PyObject *k = PyBytes_FromStringAndSize((const char *)s->digest, 16);
+    if (k == NULL)
+        return -2;
+    PyObject *v = PyDict_GetItemWithError(entries, k);
+    Py_DECREF(k);
+    if (v == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    int64_t offset = PyLong_AsLongLong(v);
+    return (offset == -1 && PyErr_Occurred()) ? -2 : offset;
+}
+
+/* The loop of offset_map.map_keys over a batch's spans: put each keyed record at or above `start`
+ * until the map holds max_entries (digests also go to the table's cache). 0, or -1 on error. */
+static int
+map_spans(PyObject *entries, const KeySpan *spans, long long count, long long start,
+          long long max_entries, long long *read, int *full, long long *latest)
+{
+    int is_table = Py_IS_TYPE(entries, &OffsetTableType);
+    OffsetTable *t = (OffsetTable *)entries;
+    *read = 0;
+    *full = 0;
+    *latest = -1;
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        if (s->key != NULL && s->offset >= start) {
+            Py_ssize_t size = is_table ? t->size : PyDict_GET_SIZE(entries);
+            if (size >= max_entries) {
+                *full = 1;
+                return 0;
+            }
+            if (is_table) {
+                if (table_put(t, s->digest, s->offset) < 0)
+                    return -1;
+                cache_store(t, s->offset, s->digest, s->value_null);
+            }
+            else {
+                PyObject *k = PyBytes_FromStringAndSize((const char *)s->digest, 16);
+                PyObject *v = PyLong_FromLongLong(s->offset);
+                int bad = k == NULL || v == NULL || PyDict_SetItem(entries, k, v) < 0;
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                if (bad)
+                    return -1;
+            }
+            *latest = s->offset;
+        }
+        else if (is_table && s->offset >= start)
+            cache_store(t, s->offset, NULL, s->value_null);
+        (*read)++;
+    }
+    return 0;
+}
+
+static PyObject *
+codec_map_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, count, start, max_entries, read, latest;
+    int full;
+    PyObject *entries, *result = NULL;
+    KeySpan *spans = NULL;
+    if (!PyArg_ParseTuple(args, "y*LLLOL:map_keys", &data, &base_offset, &count, &start,
+                          &entries, &max_entries))
+        return NULL;
+    if (!Py_IS_TYPE(entries, &OffsetTableType) && !PyDict_CheckExact(entries)) {
+        result = Py_NewRef(Py_None);                 /* another mapping: the reference's call */
+        goto done;
+    }
+    if (Py_IS_TYPE(entries, &OffsetTableType))
+        ((OffsetTable *)entries)->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
+                                              ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
+    int r = key_spans((const uint8_t *)data.buf, data.len, base_offset, count, NULL, &spans);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    if (map_spans(entries, spans, count, start, max_entries, &read, &full, &latest) == 0)
+        result = Py_BuildValue("(LOL)", read, full ? Py_True : Py_False, latest);
+done:
+    PyMem_Free(spans);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* What filter_records counts besides the records it keeps. */
+typedef struct {
+    long long kept, invalid, tombstones_dropped, tombstones_kept;
+} FilterCounts;
+
+/* The loop of cleaner.filter_records (should_retain_record rule by rule): keep[i] for each span.
+ * 0, or -1 on a Python error. */
+static int
+filter_spans(PyObject *entries, const KeySpan *spans, long long count, long long map_latest,
+             int has_horizon, long long horizon, long long now, uint8_t *keep, FilterCounts *c)
+{
+    memset(c, 0, sizeof *c);
+    for (long long i = 0; i < count; i++) {
+        const KeySpan *s = &spans[i];
+        if (s->key == NULL && s->offset <= map_latest)
+            c->invalid++;
+        if (s->offset > map_latest)
+            keep[i] = 1;
+        else if (s->key == NULL)
+            keep[i] = 0;
+        else {
+            int64_t latest = map_get(entries, s);
+            if (latest == -2)
+                return -1;
+            if (s->offset < latest)
+                keep[i] = 0;
+            else if (!s->value_null)
+                keep[i] = 1;
+            else
+                keep[i] = !has_horizon || now < horizon;
+        }
+        if (keep[i]) {
+            c->kept++;
+            c->tombstones_kept += s->value_null;
+        }
+        else if (s->value_null && s->key != NULL && has_horizon)
+            c->tombstones_dropped++;
+    }
+    return 0;
+}
+
+static PyObject *
+codec_filter_records(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, count, map_latest, now, horizon = 0;
+    PyObject *entries, *horizon_obj, *result = NULL, *kept = NULL;
+    KeySpan *spans = NULL;
+    uint8_t *keep = NULL;
+    FilterCounts c;
+    if (!PyArg_ParseTuple(args, "y*LLOLOL:filter_records", &data, &base_offset, &count,
+                          &entries, &map_latest, &horizon_obj, &now))
+        return NULL;
+    if (!Py_IS_TYPE(entries, &OffsetTableType) && !PyDict_CheckExact(entries)) {
+        result = Py_NewRef(Py_None);                 /* another mapping: the reference's call */
+        goto done;
+    }
+    int has_horizon = horizon_obj != Py_None;
+    if (has_horizon) {
+        horizon = PyLong_AsLongLong(horizon_obj);
+        if (horizon == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);             /* out of range: the reference decides */
+            goto done;
+        }
+    }
+    int r = key_spans((const uint8_t *)data.buf, data.len, base_offset, count, NULL, &spans);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((keep = PyMem_Malloc((size_t)(count ? count : 1))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (filter_spans(entries, spans, count, map_latest, has_horizon, horizon, now, keep, &c) < 0)
+        goto done;
+    if ((kept = PyList_New(0)) == NULL)
+        goto done;
+    for (long long i = 0; i < count; i++) {
+        if (!keep[i])
+            continue;
+        PyObject *index = PyLong_FromLongLong(i);
+        int bad = index == NULL || PyList_Append(kept, index) < 0;
+        Py_XDECREF(index);
+        if (bad)
+            goto done;
+    }
+    result = Py_BuildValue("(OLLL)", kept, c.invalid, c.tombstones_dropped, c.tombstones_kept);
+done:
+    Py_XDECREF(kept);
+    PyMem_Free(keep);
+    PyMem_Free(spans);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The cleaner's per-buffer walks: many batches per call                                      */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ *   map_batches(buffer, pos, start, stop_offset, table, max_entries, map_latest
+ *               [, segment, buffer's file position])
+ *       -> (pos, status, records read, map latest offset)         Cleaner._map_segment's loop
+ *       (given the segment and position, each batch seen whole is summarized for skip_batches)
+ *   filter_batches(buffer, pos, table, map_latest, now, upper_bound, producers)
+ *       -> (pos, kept [(begin, end, last offset, max timestamp)], records read, records
+ *           written, invalid, tombstones dropped, bytes read)      Cleaner._clean_into's loop
+ *
+ * `buffer` holds whole batches as read_batches reads them. Each walk handles, from `pos`, the
+ * batches whose outcome needs nothing but the offset map: complete, magic 2, uncompressed,
+ * neither transactional nor control. It stops at the first other batch, and the cleaner's Python
+ * loop takes that one (transactions, markers, compression, re-encoding, errors) as it always has,
+ * then calls again. filter_batches also leaves to Python a batch from a producer in `producers`
+ * (the last batch of a producer is kept even when empty), a batch it would keep only in part or
+ * stamp with a delete horizon, and an emptied batch ending at the upper bound.
+ */
+
+#define CLEANER_LOG_OVERHEAD 12
+#define CLEANER_BATCH_OVERHEAD 61
+#define CLEANER_MIN_BATCH_LENGTH 14
+
+static inline uint64_t
+cleaner_be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp, producer_id, last_offset;
+    int attributes;
+    long long records_count;
+    Py_ssize_t size;                      /* LOG_OVERHEAD + batchLength */
+} SimpleBatch;
+
+/* 1 with the header in *b when the batch at `pos` is one the walks handle by themselves. */
+static int
+simple_batch(const uint8_t *d, Py_ssize_t len, Py_ssize_t pos, SimpleBatch *b)
+{
+    if (len - pos < CLEANER_BATCH_OVERHEAD)
+        return 0;
+    int32_t length = (int32_t)cleaner_be(d + pos + 8, 4);
+    if (length < CLEANER_MIN_BATCH_LENGTH || length > len - pos - CLEANER_LOG_OVERHEAD
+            || CLEANER_LOG_OVERHEAD + length < CLEANER_BATCH_OVERHEAD || d[pos + 16] != 2)
+        return 0;
+    b->attributes = (int)cleaner_be(d + pos + 21, 2);
+    if (b->attributes & (0x07 | 0x10 | 0x20))  /* compressed, transactional, control */
+        return 0;
+    b->records_count = (int32_t)cleaner_be(d + pos + 57, 4);
+    if (b->records_count < 0)
+        return 0;
+    b->size = CLEANER_LOG_OVERHEAD + length;
+    b->base_offset = (int64_t)cleaner_be(d + pos, 8);
+    b->last_offset = b->base_offset + (int32_t)cleaner_be(d + pos + 23, 4);
+    b->base_timestamp = (int64_t)cleaner_be(d + pos + 27, 8);
+    b->max_timestamp = (int64_t)cleaner_be(d + pos + 35, 8);
+    b->producer_id = (int64_t)cleaner_be(d + pos + 43, 8);
+    return 1;
+}
+
+enum { WALK_GO_ON = 0, WALK_STOP_OFFSET = 1, WALK_MAP_FULL = 2 };
+
+/* Is `producer_id` one of `producers` (the log's active producers, whose last batch is kept even
+ * when emptied)? 1 / 0, or -1 on a Python error. No producer id (-1) is never one. */
+static int
+known_producer(PyObject *producers, int64_t producer_id)
+{
+    if (producer_id == -1)
+        return 0;
+    PyObject *pid = PyLong_FromLongLong(producer_id);
+    int known = pid == NULL ? -1 : PyDict_Contains(producers, pid);
+    Py_XDECREF(pid);
+    return known;
+}
+
+/* Keep the summary of a plain batch the map pass saw whole (each record at base + i, every one
+ * in the cache), so that the filter pass can decide it without its bytes. 0, or -1 on error. */
+static int
+summarize(OffsetTable *t, const SimpleBatch *b, const KeySpan *spans, int64_t segment,
+          int64_t position)
+{
+    for (long long i = 0; i < b->records_count; i++) {
+        int64_t c = spans[i].offset - t->cache_base;
+        if (spans[i].offset != b->base_offset + i || c < 0 || c >= t->cache_len
+                || !(t->cached[c] & CACHE_KNOWN))
+            return 0;
+    }
+    if (t->summaries_len == t->summaries_cap) {
+        Py_ssize_t cap = t->summaries_cap ? t->summaries_cap * 2 : 256;
+        if (cap > SUMMARIES_MAX)
+            return 0;                        /* bounded: the filter pass reads the rest */
+        BatchSummary *more = PyMem_Realloc(t->summaries, (size_t)cap * sizeof(BatchSummary));
+        if (more == NULL)
+            return 0;                        /* short of memory: the filter pass reads it */
+        t->summaries = more;
+        t->summaries_cap = cap;
+    }
+    BatchSummary *s = &t->summaries[t->summaries_len++];
+    s->segment = segment;
+    s->position = position;
+    s->base_offset = b->base_offset;
+    s->last_offset = b->last_offset;
+    s->base_timestamp = b->base_timestamp;
+    s->producer_id = b->producer_id;
+    s->size = b->size;
+    s->records_count = b->records_count;
+    s->attributes = b->attributes;
+    return 0;
+}
+
+static PyObject *
+codec_map_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    long long start, stop_offset, max_entries, map_latest, read_total = 0;
+    long long segment = -1, chunk_position = 0;
+    PyObject *entries, *result = NULL;
+    int status = WALK_GO_ON;
+    if (!PyArg_ParseTuple(args, "y*nLLO!LL|LL:map_batches", &data, &pos, &start, &stop_offset,
+                          &OffsetTableType, &entries, &max_entries, &map_latest, &segment,
+                          &chunk_position))
+        return NULL;
+    OffsetTable *table = (OffsetTable *)entries;
+    table->cache_max = max_entries < DIGEST_CACHE_MAX_RECORDS
+                       ? (Py_ssize_t)max_entries : DIGEST_CACHE_MAX_RECORDS;
+    const uint8_t *d = data.buf;
+    SimpleBatch b;
+    while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
+        if (b.base_offset >= stop_offset) {
+            status = WALK_STOP_OFFSET;       /* the uncleanable part stays out of the map */
+            break;
+        }
+        KeySpan *spans;
+        long long read, latest;
+        int full;
+        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+                          b.base_offset, b.records_count, NULL, &spans);
+        if (r < 0 || (r > 0 && map_spans(entries, spans, b.records_count, start, max_entries,
+                                         &read, &full, &latest) < 0)) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        if (r > 0 && !full && segment >= 0 && summarize(table, &b, spans, segment, chunk_position + pos) < 0) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        PyMem_Free(spans);
+        if (r == 0)
+            break;                           /* malformed: the reference raises */
+        read_total += read;
+        if (latest >= 0)
+            map_latest = latest;
+        if (full) {
+            status = WALK_MAP_FULL;
+            break;
+        }
+        if (b.last_offset >= start)
+            map_latest = b.last_offset;
+        pos += b.size;
+    }
+    result = Py_BuildValue("(niLL)", pos, status, read_total, map_latest);
+done:
+    PyBuffer_Release(&data);
+    return result;
+}
+
+static PyObject *
+codec_filter_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    long long map_latest, now, upper_bound;
+    long long records_read = 0, records_written = 0, invalid = 0, dropped = 0, bytes_read = 0;
+    PyObject *entries, *producers, *result = NULL, *kept = NULL;
+    uint8_t *keep = NULL;
+    Py_ssize_t keep_cap = 0;
+    if (!PyArg_ParseTuple(args, "y*nO!LLLO!:filter_batches", &data, &pos, &OffsetTableType,
+                          &entries, &map_latest, &now, &upper_bound, &PyDict_Type, &producers))
+        return NULL;
+    if ((kept = PyList_New(0)) == NULL)
+        goto done;
+    const uint8_t *d = data.buf;
+    SimpleBatch b;
+    while (pos >= 0 && simple_batch(d, data.len, pos, &b)) {
+        int known = known_producer(producers, b.producer_id);
+        if (known < 0)
+            goto done;
+        if (known)
+            break;                           /* maybe a producer's last batch: Python decides */
+        if (b.records_count > keep_cap) {
+            PyMem_Free(keep);
+            keep_cap = b.records_count;
+            if ((keep = PyMem_Malloc((size_t)keep_cap)) == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        KeySpan *spans;
+        FilterCounts c;
+        int has_horizon = (b.attributes & 0x40) != 0;
+        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+                          b.base_offset, b.records_count, (OffsetTable *)entries, &spans);
+        if (r < 0 || (r > 0 && filter_spans(entries, spans, b.records_count, map_latest, has_horizon,
+                                            b.base_timestamp, now, keep, &c) < 0)) {
+            PyMem_Free(spans);
+            goto done;
+        }
+        PyMem_Free(spans);
+        if (r == 0)
+            break;                           /* malformed: the reference raises */
+        if (c.kept > 0 && (c.kept < b.records_count || (c.tombstones_kept > 0 && !has_horizon)))
+            break;                           /* rewritten in part or stamped: Python re-encodes */
+        if (c.kept == 0 && b.last_offset + 1 == upper_bound)
+            break;                           /* kept as an empty batch: Python builds it */
+        if (c.kept > 0) {
+            PyObject *span = Py_BuildValue("(nnLL)", pos, pos + b.size, (long long)b.last_offset,
+                                           (long long)b.max_timestamp);
+            int bad = span == NULL || PyList_Append(kept, span) < 0;
+            Py_XDECREF(span);
+            if (bad)
+                goto done;
+        }
+        records_read += b.records_count;
+        records_written += c.kept;
+        invalid += c.invalid;
+        dropped += c.tombstones_dropped;
+        bytes_read += b.size;
+        pos += b.size;
+    }
+    result = Py_BuildValue("(nOLLLLL)", pos, kept, records_read, records_written, invalid, dropped,
+                           bytes_read);
+done:
+    Py_XDECREF(kept);
+    PyMem_Free(keep);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* The summary of the batch at (segment, position), or NULL (the summaries are in that order). */
+static const BatchSummary *
+find_summary(const OffsetTable *t, int64_t segment, int64_t position)
+{
+    Py_ssize_t lo = 0, hi = t->summaries_len;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        const BatchSummary *s = &t->summaries[mid];
+        if (s->segment < segment || (s->segment == segment && s->position < position))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < t->summaries_len && t->summaries[lo].segment == segment
+            && t->summaries[lo].position == position)
+        return &t->summaries[lo];
+    return NULL;
+}
+
+/*
+ *   skip_batches(table, segment, position, map_latest, now, upper_bound, producers)
+ *       -> (position, records read, invalid, tombstones dropped, bytes read)
+ *
+ * The filter pass's shortcut over the dirty section: from `position` in `segment`, the batches
+ * the map pass summarized whose records filter_batches would all drop (decided from the cached
+ * digests and flags, as filter_batches decides from the bytes) are passed over without being
+ * read. It stops at the first batch it cannot drop so: the cleaner reads from there.
+ */
+static PyObject *
+codec_skip_batches(PyObject *self, PyObject *args)
+{
+    long long segment, position, map_latest, now, upper_bound;
+    long long records_read = 0, invalid = 0, dropped = 0, bytes_read = 0;
+    PyObject *entries, *producers;
+    KeySpan *spans = NULL;
+    uint8_t *keep = NULL;
+    Py_ssize_t cap = 0;
+    if (!PyArg_ParseTuple(args, "O!LLLLLO!:skip_batches", &OffsetTableType, &entries, &segment,
+                          &position, &map_latest, &now, &upper_bound, &PyDict_Type, &producers))
+        return NULL;
+    OffsetTable *t = (OffsetTable *)entries;
+    const BatchSummary *b;
+    while ((b = find_summary(t, segment, position)) != NULL) {
+        int known = known_producer(producers, b->producer_id);
+        if (known < 0)
+            goto error;
+        if (known)
+            break;
+        if (b->last_offset + 1 == upper_bound)
+            break;
+        if (b->records_count > cap) {
+            PyMem_Free(spans);
+            PyMem_Free(keep);
+            cap = b->records_count;
+            spans = PyMem_Malloc(sizeof(KeySpan) * (size_t)cap);
+            keep = PyMem_Malloc((size_t)cap);
+            if (spans == NULL || keep == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        for (long long i = 0; i < b->records_count; i++) {   /* the spans, from the cache */
+            int64_t c = b->base_offset + i - t->cache_base;
+            uint8_t flags = t->cached[c];
+            spans[i].offset = b->base_offset + i;
+            spans[i].key = (flags & CACHE_KEYED) ? t->cache[c] : NULL;
+            spans[i].value_null = (flags & CACHE_TOMBSTONE) != 0;
+            if (flags & CACHE_KEYED)
+                memcpy(spans[i].digest, t->cache[c], 16);
+        }
+        FilterCounts counts;
+        if (filter_spans(entries, spans, b->records_count, map_latest, (b->attributes & 0x40) != 0,
+                         b->base_timestamp, now, keep, &counts) < 0)
+            goto error;
+        if (counts.kept > 0)
+            break;                           /* kept (whole or in part): read it */
+        records_read += b->records_count;
+        invalid += counts.invalid;
+        dropped += counts.tombstones_dropped;
+        bytes_read += b->size;
+        position += b->size;
+    }
+    PyMem_Free(spans);
+    PyMem_Free(keep);
+    return Py_BuildValue("(LLLLL)", position, records_read, invalid, dropped, bytes_read);
+error:
+    PyMem_Free(spans);
+    PyMem_Free(keep);
+    return NULL;
 }

@@ -28,18 +28,22 @@ rather than in dedicated cleaner threads.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .cleaner_native import FilterWalk, MapWalk
 from .clock import Clock
 from .errors import KStoreError
 from .index import INT32_MAX
 from .log import Log
 from .offset_map import SkimpyOffsetMap
-from .records import (NO_PRODUCER_ID, ControlRecordType, Record, RecordBatch, build_batch,
-                      build_empty_batch)
+from .file_records import FileRecords
+from .records import (LENGTH_OFFSET, LOG_OVERHEAD, MIN_BATCH_LENGTH_FIELD, NO_PRODUCER_ID,
+                      ControlRecordType, Record, RecordBatch, build_batch, build_empty_batch,
+                      native_codec)
 from .segment import CLEANED_SUFFIX, LogSegment, segment_paths
 
 READ_CHUNK_BYTES = 262_144   # log.cleaner.io.buffer.size (524288) / 2: one read buffer
@@ -59,6 +63,47 @@ def aborted_ranges(log: Log, start: int, end: int) -> dict[int, list[tuple[int, 
     for t in log.collect_aborted_transactions(start, end):
         ranges.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
     return ranges
+
+
+def read_batches(file: FileRecords, position: int = 0, skim=None, skip=None) -> Iterator[RecordBatch]:
+    """A segment's batches from `position`, read a buffer at a time (Kafka's cleaner fills its
+    read buffer, log.cleaner.io.buffer.size, and grows it for a batch that does not fit) instead
+    of two reads per batch. Where the buffer ends in a partial batch at the end of the file, or
+    holds an impossible length, the file's own iterator takes over: it stops or raises as ever.
+
+    `skim(buffer, pos, buffer's file position)`, where given, may handle a run of batches itself
+    before the next one is yielded (the native codec's walks: one call per buffer, not per batch);
+    it returns the position it got to, or -1 to stop reading. `skip(position)`, before each read,
+    may move the position past batches that need not be read at all."""
+    size = READ_CHUNK_BYTES
+    while True:
+        if skip is not None:
+            position = skip(position)
+        chunk = memoryview(file.read(position, min(size, max(file.size_in_bytes() - position, 0))))
+        pos, end, length = 0, len(chunk), 0
+        while end - pos >= LOG_OVERHEAD:
+            if skim is not None:
+                pos = skim(chunk, pos, position)
+                if pos < 0:
+                    return
+                if end - pos < LOG_OVERHEAD:
+                    break
+            (length,) = _LENGTH.unpack_from(chunk, pos + LENGTH_OFFSET)
+            if length < MIN_BATCH_LENGTH_FIELD or LOG_OVERHEAD + length > end - pos:
+                break
+            yield RecordBatch(chunk[pos:pos + LOG_OVERHEAD + length], position + pos)
+            pos += LOG_OVERHEAD + length
+        if pos == 0:
+            if end < size or length < MIN_BATCH_LENGTH_FIELD:
+                yield from file.batches(position)
+                return
+            size = LOG_OVERHEAD + length   # one batch larger than the buffer: grow it
+            continue
+        position += pos
+        size = READ_CHUNK_BYTES
+
+
+_LENGTH = struct.Struct(">i")
 
 
 def in_aborted(batch: RecordBatch, ranges: dict[int, list[tuple[int, int]]]) -> bool:
@@ -86,6 +131,28 @@ def should_retain_record(record: Record, batch_delete_horizon: int | None, lates
     if record.value is not None:
         return True
     return batch_delete_horizon is None or now < batch_delete_horizon
+
+
+_REFERENCE_RETAIN = should_retain_record   # the native filter stands in only for this one
+
+
+def filter_records(records: Sequence[Record], entries: dict[bytes, int], map_latest_offset: int,
+                   batch_delete_horizon: int | None, now: int) -> tuple[list[int], int, int, int]:
+    """Which records of one data batch a cleaning keeps (MemoryRecords.filterTo asking
+    Cleaner.shouldRetainRecord of each record). `entries` is the offset map (MD5 of a key → its
+    latest offset). Return (indexes of the records kept, records without a key inside the map,
+    tombstones dropped, tombstones kept)."""
+    kept, invalid, tombstones_dropped, tombstones_kept = [], 0, 0, 0
+    for i, r in enumerate(records):
+        if r.key is None and r.offset <= map_latest_offset:
+            invalid += 1
+        latest = entries.get(SkimpyOffsetMap.hash_key(r.key), -1) if r.key is not None else -1
+        if should_retain_record(r, batch_delete_horizon, latest, map_latest_offset, now):
+            kept.append(i)
+            tombstones_kept += r.value is None
+        elif r.value is None and r.key is not None and batch_delete_horizon is not None:
+            tombstones_dropped += 1
+    return kept, invalid, tombstones_dropped, tombstones_kept
 
 
 def group_segments_by_size(segments: Sequence, max_size: int, max_index_size: int,
@@ -236,6 +303,7 @@ class Cleaner:
     """Rewrites one log's segments (Kafka's Cleaner)."""
 
     _aborted: dict = {}
+    _codec = None            # the native codec for the segment being cleaned (None: the reference)
     _txn_data: dict = {}     # producer id -> its current transaction still has records kept
 
     def __init__(self, offset_map: SkimpyOffsetMap, clock: Clock):
@@ -260,22 +328,25 @@ class Cleaner:
     def _map_segment(self, segment: LogSegment, start: int, next_segment_start: int,
                      stats: CleanerStats) -> bool:
         m = self.offset_map
+        codec = native_codec()      # asked once per segment, not per batch
         position = segment.offset_index.lookup(start).position
-        for batch in segment.log.batches(position):
+        native = MapWalk(codec, m, segment.base_offset, start, next_segment_start, stats) \
+            if codec is not None and m.walks_natively() else None   # plain batches in C
+        for batch in read_batches(segment.log, position, native and native.skim):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
-                # Keys and offsets only: the records are decoded in full once, when cleaned.
-                for offset, key in batch.keys_and_offsets():
-                    if key is not None and offset >= start:
-                        if m.size < m.max_desired_size:
-                            m.put(key, offset)
-                        else:
-                            stats.map_entries = m.size
-                            return True
-                    stats.map_records_read += 1
+                # Keys and offsets only (offset_map.map_keys): no Record objects are built.
+                read, full = m.put_batch(batch, start, codec)
+                stats.map_records_read += read
+                if full:
+                    stats.map_entries = m.size
+                    return True
             if batch.last_offset >= start:
                 m.update_latest_offset(batch.last_offset)
+        if native is not None and native.map_full:
+            stats.map_entries = m.size
+            return True
         m.update_latest_offset(next_segment_start - 1)   # cover offset gaps
         return False
 
@@ -341,6 +412,7 @@ class Cleaner:
         chunk: list[bytes] = []
         chunk_info = [-1, -1, -1]   # max offset, max timestamp, shallow offset of max timestamp
         chunk_size = 0
+        self._codec = native_codec()   # asked once per segment, not per batch
 
         def flush_chunk() -> None:
             nonlocal chunk, chunk_size
@@ -351,7 +423,23 @@ class Cleaner:
                 chunk, chunk_size = [], 0
                 chunk_info[:] = [-1, -1, -1]
 
-        for batch in source.log.batches():
+        def keep(out, last_offset: int, max_timestamp: int) -> None:
+            nonlocal chunk_size
+            if chunk_size + len(out) > READ_CHUNK_BYTES:
+                flush_chunk()
+            chunk.append(out)
+            chunk_size += len(out)
+            chunk_info[0] = max(chunk_info[0], last_offset)
+            if max_timestamp > chunk_info[1]:
+                chunk_info[1], chunk_info[2] = max_timestamp, last_offset
+
+        native = None                  # dropped or kept-whole plain batches in C
+        if self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
+                self.offset_map.walks_natively():
+            native = FilterWalk(self._codec, self.offset_map, source.base_offset, now, upper_bound,
+                                last_records, stats, keep)
+        for batch in read_batches(source.log, skim=native and native.skim,
+                                  skip=native and native.skip):
             stats.bytes_read += batch.size_in_bytes
             out = self._filter_batch(log, batch, now, stats, last_records, upper_bound)
             if out is None:
@@ -362,60 +450,52 @@ class Cleaner:
                 for entry in source.txn_index.entries:   # the kept marker keeps its entry
                     if (entry.producer_id, entry.last_offset) == (kept.producer_id, kept.base_offset):
                         dest.txn_index.append(entry)
-            if chunk_size + len(out) > READ_CHUNK_BYTES:
-                flush_chunk()
-            chunk.append(out)
-            chunk_size += len(out)
-            chunk_info[0] = max(chunk_info[0], kept.last_offset)
-            if kept.max_timestamp > chunk_info[1]:
-                chunk_info[1], chunk_info[2] = kept.max_timestamp, kept.last_offset
+            keep(out, kept.last_offset, kept.max_timestamp)
         flush_chunk()
 
     def _filter_batch(self, log: Log, batch: RecordBatch, now: int, stats: CleanerStats,
                       last_records: dict, upper_bound: int) -> bytes | None:
         """The bytes to keep for one batch, or None to drop it."""
-        records = batch.records()
-        stats.records_read += len(records)
+        stats.records_read += batch.records_count
         horizon = batch.delete_horizon_ms
-        m = self.offset_map
         marker_horizon = False
+        records = None                           # decoded only where a rule needs Record objects
+        tombstones_kept = 0
         if batch.is_control:
             # A marker goes once its transaction has no data left in the log: the first such
             # cleaning stamps a delete horizon, a cleaning after the horizon removes it.
+            records = batch.records()
             still_has_data = self._txn_data.pop(batch.producer_id, False)
             discard = not still_has_data and horizon is not None and horizon <= now
             marker_horizon = not still_has_data and horizon is None
-            retained = [] if discard else records
+            kept = [] if discard else list(range(len(records)))
         elif in_aborted(batch, self._aborted):
-            retained = []                        # an aborted transaction's records go
+            records = batch.records()            # (checked as before: a malformed batch raises)
+            kept = []                            # an aborted transaction's records go
             self._txn_data.setdefault(batch.producer_id, False)
         else:
-            retained = []
-            for r in records:
-                if r.key is None and r.offset <= m.latest_offset:
-                    stats.invalid_records += 1
-                if should_retain_record(r, horizon, m.get(r.key) if r.key is not None else -1,
-                                        m.latest_offset, now):
-                    retained.append(r)
-                elif r.value is None and r.key is not None and horizon is not None:
-                    stats.tombstones_dropped += 1
-        if batch.is_transactional and not batch.is_control and retained:
+            kept, invalid, dropped, tombstones_kept, records = self._retained(batch, horizon, now)
+            stats.invalid_records += invalid
+            stats.tombstones_dropped += dropped
+        if batch.is_transactional and not batch.is_control and kept:
             self._txn_data[batch.producer_id] = True
         producer = last_records.get(batch.producer_id) if batch.producer_id != NO_PRODUCER_ID else None
         is_last_of_producer = producer is not None and (
             batch.last_offset == producer.last_data_offset if producer.last_data_offset is not None
             else batch.is_control and batch.producer_epoch == producer.producer_epoch)
         retain_empty = is_last_of_producer or batch.next_offset == upper_bound
-        if retained:
-            has_tombstones = any(r.value is None for r in retained)
-            set_horizon = (has_tombstones and horizon is None and not batch.is_control) or marker_horizon
-            stats.records_written += len(retained)
-            if len(retained) == len(records) and not set_horizon:
-                return batch.to_bytes()   # nothing to change: copied verbatim
+        if kept:
+            set_horizon = (tombstones_kept > 0 and horizon is None and not batch.is_control) or marker_horizon
+            stats.records_written += len(kept)
+            if len(kept) == batch.records_count and not set_horizon:
+                return batch.to_bytes()   # nothing to change: copied verbatim, not re-encoded
             if set_horizon:
                 horizon = now + log.config.delete_retention_ms
-                stats.tombstones_marked += sum(1 for r in retained if r.value is None
-                                               and not batch.is_control)
+                stats.tombstones_marked += tombstones_kept
+            if records is None:
+                records = batch.records()
+            retained = [records[i] for i in kept]
+            # Kafka's v2 rule: the rewritten batch keeps its base offset, every record its offset.
             return build_batch(
                 retained, base_offset=batch.base_offset, offsets=[r.offset for r in retained],
                 compression=batch.compression, timestamp_type=batch.timestamp_type,
@@ -438,6 +518,22 @@ class Cleaner:
                 base_sequence=batch.base_sequence, timestamp_type=batch.timestamp_type,
                 transactional=batch.is_transactional, control=batch.is_control)
         return None
+
+    def _retained(self, batch: RecordBatch, horizon: int | None,
+                  now: int) -> tuple[list[int], int, int, int, list[Record] | None]:
+        """`filter_records` for one data batch, plus its decoded records (None where the native
+        codec ran: it walks the records in place and builds no Record objects)."""
+        m = self.offset_map
+        codec = self._codec
+        if codec is not None and should_retain_record is _REFERENCE_RETAIN and \
+                type(m) is SkimpyOffsetMap:
+            batch._check_v2()
+            out = codec.filter_records(batch.records_view(), batch.base_offset, batch.records_count,
+                                       m.entries, m.latest_offset, horizon, now)
+            if out is not None:
+                return (*out, None)
+        records = batch.records()   # the reference path (also where a learner's rule is plugged in)
+        return (*filter_records(records, m.entries, m.latest_offset, horizon, now), records)
 
 
 # ------------------------------------------------------------------------------------------------

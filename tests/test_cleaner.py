@@ -1119,3 +1119,33 @@ def test_good_compaction_configs():
     assert LogConfig({"min.cleanable.dirty.ratio": "1.0"}).min_cleanable_dirty_ratio == 1.0
     cfg = LogConfig({"min.compaction.lag.ms": 5, "max.compaction.lag.ms": 5})
     assert cfg.min_compaction_lag_ms == cfg.max_compaction_lag_ms == 5
+
+
+def test_read_batches_reads_what_the_file_holds(tmp_path, monkeypatch):
+    """The cleaner reads a segment a buffer at a time: the same batches as FileRecords.batches,
+    a batch larger than the buffer included, the same quiet stop at a partial trailing batch, and
+    the file's own error for an impossible length."""
+    from kstore import cleaner as cleaner_module
+    from kstore.errors import CorruptRecordError
+    from kstore.file_records import FileRecords
+    monkeypatch.setattr(cleaner_module, "READ_CHUNK_BYTES", 300)
+    batches = [build_batch([Record(k(i), b"v" * (i * 40), T0)], base_offset=i) for i in range(12)]
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"".join(batches) + batches[0][:30])            # a partial batch at the end
+    file = FileRecords(str(path))
+    got = [(b.position, b.to_bytes()) for b in cleaner_module.read_batches(file)]
+    assert got == [(b.position, b.to_bytes()) for b in file.batches()]
+    assert [raw for _, raw in got] == batches                       # some are > 300 bytes
+    middle = sum(len(b) for b in batches[:5])
+    assert [b.to_bytes() for b in cleaner_module.read_batches(file, middle)] == batches[5:]
+    file.close()
+    corrupt = bytearray(b"".join(batches))
+    struct.pack_into(">i", corrupt, middle + 8, 3)                  # batchLength 3 < 14
+    path.write_bytes(bytes(corrupt))
+    file = FileRecords(str(path))
+    with pytest.raises(CorruptRecordError) as expected:
+        list(file.batches())
+    with pytest.raises(CorruptRecordError) as got_error:
+        list(cleaner_module.read_batches(file))
+    assert str(got_error.value) == str(expected.value)
+    file.close()

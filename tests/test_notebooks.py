@@ -34,7 +34,7 @@ _ks_moments = {}
 def _ks_probe(result):
     for view in _ks_displayed():
         if id(view) not in _ks_moments and view.timeline is not None:
-            _ks_moments[id(view)] = (view, result.execution_count, _ks_last_seq(), view.render_frame())
+            _ks_moments[id(view)] = (view, result.execution_count, _ks_last_seq(), view.frame_values())
 _ks_ip().events.register("post_run_cell", _ks_probe)
 """
 
@@ -48,7 +48,7 @@ for _v, _cell, _seq, _values in _ks_moments.values():
     _st = _v.timeline.status()
     _ks_rows.append({{"view": type(_v).__name__, "cell": _cell, "seq_at_cell_end": _seq,
                       "bound_seq": _st["bound_seq"], "frames": _st["frames"],
-                      "shows_its_moment": _shown == _values,
+                      "shows_its_moment": _shown == {{name: _values[name] for name in _v.frame_parts}},
                       "moment_is_bound_frame": _v.timeline.frames[_st["bound"]].values == _values
                       if _st["bound"] is not None else False}})
 print({MARK!r} + _ks_json.dumps(_ks_rows))

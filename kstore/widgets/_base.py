@@ -468,6 +468,10 @@ class WidgetView:
         """The values of the `frame_parts` widgets for the engine's state now."""
         return {"html": self.model.render_html()}
 
+    def frame_values(self) -> dict[str, Any]:
+        """What a frame holds: the rendered values, and whose code ran the engine at this moment."""
+        return {**self.render_frame(), ENGINE_KEY: engine_badge()}
+
     def sync_controls(self) -> None:
         """Bring buttons and dropdowns up to date with the live model (views override)."""
 
@@ -519,7 +523,7 @@ class WidgetView:
             show, self._show_now = self._show_now, False
         try:
             self.sync_controls()
-            values = self.render_frame()
+            values = self.frame_values()
         except Exception as e:     # e.g. the chapter closed the log and removed its files
             if not self.timeline.frames:
                 raise              # a view that cannot draw its first picture is a plain error
@@ -527,7 +531,6 @@ class WidgetView:
             self._update_bar()
             return self.timeline.current
         self.capture_error = None
-        values = {**values, ENGINE_KEY: engine_badge()}      # whose code ran the engine at this moment
         frame = self.timeline.record(values, seq, events, show=show)
         if self.timeline.follow or show:
             self._show(self.timeline.current)

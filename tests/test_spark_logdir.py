@@ -605,8 +605,14 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_the_delay_passed(monke
 
 
 def _committed_values(broker, topic: str, partitions: int) -> list[bytes]:
-    """What a read_committed reader of `topic` gets (test_transactions.committed_view)."""
+    """What a read_committed reader of `topic` gets (test_transactions.committed_view), once the
+    coordinator has written the markers of every ended transaction (EndTxn answers before them,
+    as Kafka's does)."""
     from test_transactions import committed_view
+    coordinator = broker.transaction_coordinator
+    for tid in coordinator.transactional_ids():
+        state = coordinator.wait_completed(tid, timeout_s=30)
+        assert state not in ("PrepareCommit", "PrepareAbort"), f"{tid}'s markers not written in 30 s"
     return [v for p in range(partitions) for v in committed_view(broker.get_log(topic, p))]
 
 

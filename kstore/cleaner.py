@@ -134,6 +134,34 @@ def should_retain_record(record: Record, batch_delete_horizon: int | None, lates
 
 
 _REFERENCE_RETAIN = should_retain_record   # the native filter stands in only for this one
+_REFERENCE_MAP = SkimpyOffsetMap   # kept here: the "from scratch" seam replaces the module's name
+key_digest = SkimpyOffsetMap.hash_key   # how the map's entries are keyed: MD5, Kafka's default
+
+
+def is_reference_map(m) -> bool:
+    """Is the offset map kstore's own class? Then the cleaner may hand whole batches to it
+    (`put_batch`, the native codec reading and writing its entries). A learner's own class, a
+    subclass too, is asked key by key through its `put` and `get`, as Kafka's cleaner asks its map."""
+    return type(m) is _REFERENCE_MAP
+
+
+def put_keys_one_by_one(m, batch: RecordBatch, start: int) -> tuple[int, bool]:
+    """A learner's offset map: put each keyed record at or above `start` with the map's own `put`
+    until it holds `max_desired_size` entries; return (records read, whether the map filled up)."""
+    read = 0
+    for offset, key in batch.keys_and_offsets():
+        if key is not None and offset >= start:
+            if m.size >= m.max_desired_size:
+                return read, True
+            m.put(key, offset)
+        read += 1
+    return read, False
+
+
+def latest_offsets_asked(m, records: Sequence[Record]) -> dict[bytes, int]:
+    """A learner's offset map: its `get` for each keyed record of a batch, as the entries
+    `filter_records` looks up (MD5 of the key → latest offset)."""
+    return {key_digest(r.key): m.get(r.key) for r in records if r.key is not None}
 
 
 def filter_records(records: Sequence[Record], entries: dict[bytes, int], map_latest_offset: int,
@@ -146,7 +174,7 @@ def filter_records(records: Sequence[Record], entries: dict[bytes, int], map_lat
     for i, r in enumerate(records):
         if r.key is None and r.offset <= map_latest_offset:
             invalid += 1
-        latest = entries.get(SkimpyOffsetMap.hash_key(r.key), -1) if r.key is not None else -1
+        latest = entries.get(key_digest(r.key), -1) if r.key is not None else -1
         if should_retain_record(r, batch_delete_horizon, latest, map_latest_offset, now):
             kept.append(i)
             tombstones_kept += r.value is None
@@ -331,13 +359,14 @@ class Cleaner:
         codec = native_codec()      # asked once per segment, not per batch
         position = segment.offset_index.lookup(start).position
         native = MapWalk(codec, m, segment.base_offset, start, next_segment_start, stats) \
-            if codec is not None and m.walks_natively() else None   # plain batches in C
+            if codec is not None and is_reference_map(m) and m.walks_natively() else None   # plain batches in C
         for batch in read_batches(segment.log, position, native and native.skim):
             if batch.base_offset >= next_segment_start:
                 break   # the uncleanable part (e.g. above the LSO) stays out of the map
             if not batch.is_control and not in_aborted(batch, self._aborted):
                 # Keys and offsets only (offset_map.map_keys): no Record objects are built.
-                read, full = m.put_batch(batch, start, codec)
+                read, full = m.put_batch(batch, start, codec) if is_reference_map(m) \
+                    else put_keys_one_by_one(m, batch, start)
                 stats.map_records_read += read
                 if full:
                     stats.map_entries = m.size
@@ -435,7 +464,7 @@ class Cleaner:
 
         native = None                  # dropped or kept-whole plain batches in C
         if self._codec is not None and should_retain_record is _REFERENCE_RETAIN and \
-                self.offset_map.walks_natively():
+                is_reference_map(self.offset_map) and self.offset_map.walks_natively():
             native = FilterWalk(self._codec, self.offset_map, source.base_offset, now, upper_bound,
                                 last_records, stats, keep)
         for batch in read_batches(source.log, skim=native and native.skim,
@@ -526,14 +555,15 @@ class Cleaner:
         m = self.offset_map
         codec = self._codec
         if codec is not None and should_retain_record is _REFERENCE_RETAIN and \
-                type(m) is SkimpyOffsetMap:
+                is_reference_map(m):
             batch._check_v2()
             out = codec.filter_records(batch.records_view(), batch.base_offset, batch.records_count,
                                        m.entries, m.latest_offset, horizon, now)
             if out is not None:
                 return (*out, None)
         records = batch.records()   # the reference path (also where a learner's rule is plugged in)
-        return (*filter_records(records, m.entries, m.latest_offset, horizon, now), records)
+        entries = m.entries if is_reference_map(m) else latest_offsets_asked(m, records)
+        return (*filter_records(records, entries, m.latest_offset, horizon, now), records)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,16 +17,17 @@ def records(n: int, start: int = 0, size: int = 10, ts: int = T0) -> list[Record
             for i in range(start, start + n)]
 
 
-def serve_log_dir(log_dir, cwd=None):
-    """`kstore serve` on a log directory, on a free port: (process, "127.0.0.1:port") once it
-    accepts connections."""
+def serve_log_dir(log_dir, cwd=None, port=None):
+    """`kstore serve` on a log directory, on `port` or a free one: (process, "127.0.0.1:port")
+    once it accepts connections."""
     import socket
     import subprocess
     import sys
     import time
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir), "--port",
                              str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     deadline = time.monotonic() + 30

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import pytest
 
 import pyspark  # noqa: E402,F401  (a main dependency)
 
-from helpers import T0  # noqa: E402
+from helpers import T0, serve_log_dir  # noqa: E402
 from kstore.broker import Broker  # noqa: E402
 from kstore.compression import Compression  # noqa: E402
 from kstore.partitioner import partition_for_key  # noqa: E402
@@ -485,22 +484,8 @@ def served(tmp_path):
             b.produce("ev", p, build_batch([Record(b"k%d" % i, b"v%d" % i, T0 + i, (("p", b"%d" % p),))
                                             for i in range(20)], compression=Compression.LZ4))
     expected = engine_rows(d, "ev")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(d), "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
-            time.sleep(0.1)
-    yield d, f"127.0.0.1:{port}", expected
+    proc, bootstrap = serve_log_dir(d, cwd=ROOT)
+    yield d, bootstrap, expected
     proc.terminate()
     proc.wait(30)
 

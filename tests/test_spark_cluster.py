@@ -24,6 +24,7 @@ import pytest
 
 from kstore.broker import Broker
 from kstore.records import Record, build_batch
+from helpers import serve_log_dir
 from spark_cluster import StandaloneCluster, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,20 +49,7 @@ def python_without_kstore(directory: Path) -> str:
 
 
 def start_serve(log_dir: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir),
-                             "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, cwd=ROOT)
-    import socket
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
-            time.sleep(0.1)
+    return serve_log_dir(log_dir, cwd=ROOT, port=port)[0]
 
 
 @pytest.fixture(scope="module")

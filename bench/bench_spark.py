@@ -39,13 +39,11 @@ Results: bench/results/spark.json and spark.png (left: reads, right: writes).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_fetch  # noqa: E402  (its kstore_serve: the broker in its own process)
 import common  # noqa: E402
 
 RECORDS = int(1_000_000 * common.SCALE)
@@ -159,26 +157,6 @@ def write_arrow_files(log_dir: Path, arrow_dir: Path, columns: list[str] | None 
                 writer.write_batch(b)
 
 
-def serve(log_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`kstore serve` on log_dir, on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir),
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("kstore serve did not start")
-            time.sleep(0.1)
-
-
 def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
     """Rows/s of the kstore sink (log dir, then through a broker) and of Parquet's writer, all
     writing the same DataFrame (key, value from the Parquet files)."""
@@ -189,14 +167,13 @@ def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
     runs = {"kstore sink, log dir (staged, driver commits)": timed(lambda: rows().write.format("kstore")
                                           .option("topic", "sunk").mode("append")
                                           .save(str(log_dir)))}
-    proc, servers = serve(log_dir)
+    server = bench_fetch.kstore_serve(log_dir)
     try:
         runs["kstore sink, through kstore serve (transactional)"] = timed(
-            lambda: rows().write.format("kstore").option("kafka.bootstrap.servers", servers)
+            lambda: rows().write.format("kstore").option("kafka.bootstrap.servers", f"127.0.0.1:{server.port}")
             .option("topic", "sunk").mode("append").save())
     finally:
-        proc.terminate()
-        proc.wait(30)
+        server.stop()
     runs["parquet"] = timed(lambda: rows().write.mode("overwrite").parquet(str(out_dir)))
     for name, r in runs.items():
         print(f"  write {name:<48}: best {r['best_s']:.2f} s = "

@@ -56,6 +56,11 @@ read_unsigned(const uint8_t *buf, Py_ssize_t len, Py_ssize_t *pos, int max_bytes
         *out = buf[p];
         return 0;
     }
+    if (p + 1 < len && buf[p + 1] < 0x80) {          /* two bytes: 64..8191 zig-zagged */
+        *pos = p + 2;
+        *out = (uint64_t)(buf[p] & 0x7F) | ((uint64_t)buf[p + 1] << 7);
+        return 0;
+    }
     for (int i = 0; i < max_bytes; i++) {
         if (p + i >= len)
             return -1;                               /* premature end of data */
@@ -126,6 +131,9 @@ write_unsigned(uint8_t *out, uint64_t u)
 static int
 walk_valid(const uint8_t *d, Py_ssize_t end_all, long long records_count, int *null_key)
 {
+    /* The next record starts where this one's size says (`pos = end`), not where the walk of
+     * its fields got to (`q`, checked equal): so the CPU reads the next size while it is still
+     * walking this record's fields, instead of one varint after another across the section. */
     Py_ssize_t pos = 0;
     int64_t v;
     *null_key = 0;
@@ -138,41 +146,42 @@ walk_valid(const uint8_t *d, Py_ssize_t end_all, long long records_count, int *n
         Py_ssize_t end = pos + size;
         if (size < 0 || end > end_all)
             return 0;
-        pos += 1;                                            /* attributes */
-        if (read_varlong(d, end_all, &pos, &v) < 0)          /* timestamp delta */
+        Py_ssize_t q = pos + 1;                              /* attributes */
+        if (read_varlong(d, end_all, &q, &v) < 0)            /* timestamp delta */
             return 0;
-        if (read_varint(d, end_all, &pos, &v) < 0 || v != i) /* offset delta */
+        if (read_varint(d, end_all, &q, &v) < 0 || v != i)   /* offset delta */
             return 0;
         for (int field = 0; field < 2; field++) {            /* key, value */
-            if (read_varint(d, end_all, &pos, &v) < 0)
+            if (read_varint(d, end_all, &q, &v) < 0)
                 return 0;
             if (v < 0) {
                 if (field == 0)
                     *null_key = 1;
             }
-            else if (pos + v > end)
+            else if (q + v > end)
                 return 0;
             else
-                pos += v;
+                q += v;
         }
-        if (read_varint(d, end_all, &pos, &v) < 0)
+        if (read_varint(d, end_all, &q, &v) < 0)
             return 0;
         int64_t n_headers = v;
-        if (n_headers < 0 || n_headers > (int64_t)(end - pos))
+        if (n_headers < 0 || n_headers > (int64_t)(end - q))
             return 0;
         for (int64_t h = 0; h < n_headers; h++) {
-            if (read_varint(d, end_all, &pos, &v) < 0 || v < 0)
+            if (read_varint(d, end_all, &q, &v) < 0 || v < 0)
                 return 0;
-            pos += v;
-            if (read_varint(d, end_all, &pos, &v) < 0)
+            q += v;
+            if (read_varint(d, end_all, &q, &v) < 0)
                 return 0;
             if (v > 0)
-                pos += v;
-            if (pos > end)
+                q += v;
+            if (q > end)
                 return 0;
         }
-        if (pos != end)
+        if (q != end)
             return 0;
+        pos = end;
     }
     return pos == end_all;
 }
@@ -994,27 +1003,45 @@ typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
 #define MD5_TARGETS
 #endif
 
-MD5_TARGETS static void
-md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES])
+static inline uint32_t
+load_le32(const uint8_t *p)
 {
-    md5_vec w[16];                               /* word i of every lane's padded block */
-    memset(w, 0, sizeof w);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+MD5_TARGETS static void
+md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES],
+          const uint8_t *limit)
+{
+    union {
+        md5_vec v[16];                           /* word i of every lane's padded block */
+        uint32_t u[16][MD5_LANES];
+    } w;
+    for (int i = 0; i < 16; i++)
+        w.v[i] = (md5_vec){0};
     for (int l = 0; l < MD5_LANES; l++) {
-        uint8_t block[64];                       /* the key, 0x80, zeros: only its words written */
-        int n_words = (int)(lens[l] + 4) / 4;
-        memset(block, 0, (size_t)n_words * 4);
-        memcpy(block, keys[l], (size_t)lens[l]);
-        block[lens[l]] = 0x80;
-        for (int i = 0; i < n_words; i++)        /* MD5 reads little-endian words */
-            w[i][l] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
-                      | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
-        w[14][l] = (uint32_t)lens[l] * 8;        /* the bit length, a 64-bit LE count (< 2^32) */
+        /* The key's words, then the word holding its end: the key's last bytes, 0x80, zeros.
+         * The key is read in place where a whole block is readable (`limit`), else copied. */
+        uint8_t copy[64];
+        const uint8_t *key = keys[l];
+        Py_ssize_t n = lens[l];
+        if (limit - key < 64) {
+            memset(copy, 0, sizeof copy);
+            memcpy(copy, key, (size_t)n);
+            key = copy;
+        }
+        int k = (int)n / 4, shift = (int)(n % 4) * 8;
+        for (int i = 0; i < k; i++)              /* MD5 reads little-endian words */
+            w.u[i][l] = load_le32(key + 4 * i);
+        uint32_t last = shift ? load_le32(key + 4 * k) & ((1U << shift) - 1) : 0;
+        w.u[k][l] = last | (0x80U << shift);
+        w.u[14][l] = (uint32_t)n * 8;            /* the bit length, a 64-bit LE count (< 2^32) */
     }
     md5_vec a, b, c, d;
     for (int l = 0; l < MD5_LANES; l++) {
         a[l] = 0x67452301; b[l] = 0xefcdab89; c[l] = 0x98badcfe; d[l] = 0x10325476;
     }
-    MD5_64_STEPS(a, b, c, d, w);
+    MD5_64_STEPS(a, b, c, d, w.v);
     for (int l = 0; l < MD5_LANES; l++) {
         uint32_t h[4] = {0x67452301 + a[l], 0xefcdab89 + b[l], 0x98badcfe + c[l], 0x10325476 + d[l]};
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -1051,7 +1078,7 @@ typedef struct {
 
 /* The MD5 of every non-null key, MD5_LANES at a time where the keys fit in one block. */
 static void
-digest_spans(KeySpan *spans, long long count)
+digest_spans(KeySpan *spans, long long count, const uint8_t *limit)
 {
     const uint8_t *keys[MD5_LANES];
     Py_ssize_t lens[MD5_LANES];
@@ -1069,7 +1096,7 @@ digest_spans(KeySpan *spans, long long count)
         lens[n] = s->key_len;
         outs[n] = s->digest;
         if (++n == MD5_LANES) {
-            md5_lanes(keys, lens, outs);
+            md5_lanes(keys, lens, outs, limit);
             n = 0;
         }
     }
@@ -1079,7 +1106,7 @@ digest_spans(KeySpan *spans, long long count)
         outs[l] = outs[0];
     }
     if (n > 0)
-        md5_lanes(keys, lens, outs);
+        md5_lanes(keys, lens, outs, limit);
 }
 
 /* Skip a record's headers with the checks of read_headers (1 = ok, 0 = the reference raises). */
@@ -1101,11 +1128,13 @@ skip_headers(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t end)
 
 /* The walk of decode_walk without building objects: 1 = every record's span in `spans`, 0 = the
  * reference raises. */
+#define WALK_PREFETCH_BYTES 2048   /* ahead of the walk: sections bigger than L2 stream in */
+
 static int
 walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
                KeySpan *spans)
 {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0;          /* as in walk_valid: the next record starts at this one's end */
     for (long long i = 0; i < count; i++) {
         int64_t size, v, offset_delta, klen;
         if (pos >= len || read_varint(d, len, &pos, &size) < 0)
@@ -1113,29 +1142,31 @@ walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long lon
         Py_ssize_t end = pos + size;
         if (size < 0 || end > len)
             return 0;
-        pos += 1;                                            /* attributes */
-        if (read_varlong(d, len, &pos, &v) < 0 || read_varint(d, len, &pos, &offset_delta) < 0)
+        __builtin_prefetch(d + pos + WALK_PREFETCH_BYTES);  /* a hint only: never faults */
+        Py_ssize_t q = pos + 1;                              /* attributes */
+        if (read_varlong(d, len, &q, &v) < 0 || read_varint(d, len, &q, &offset_delta) < 0)
             return 0;
-        if (read_varint(d, len, &pos, &klen) < 0)
+        if (read_varint(d, len, &q, &klen) < 0)
             return 0;
         spans[i].key = NULL;
         spans[i].key_len = 0;
         spans[i].hashed = 0;
         if (klen >= 0) {
-            if (pos + klen > end)
+            if (q + klen > end)
                 return 0;
-            spans[i].key = d + pos;
+            spans[i].key = d + q;
             spans[i].key_len = (Py_ssize_t)klen;
-            pos += klen;
+            q += klen;
         }
-        Py_ssize_t value_at = pos;
+        Py_ssize_t value_at = q;
         if (read_varint(d, len, &value_at, &v) < 0)
             return 0;
         spans[i].value_null = v < 0;
-        if (!skip_field(d, len, &pos, end) || !skip_headers(d, len, &pos, end))
+        if (!skip_field(d, len, &q, end) || !skip_headers(d, len, &q, end))
             return 0;
-        if (pos != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &spans[i].offset))
+        if (q != end || __builtin_add_overflow((int64_t)base_offset, offset_delta, &spans[i].offset))
             return 0;
+        pos = end;
     }
     return pos == len;
 }
@@ -1161,7 +1192,7 @@ key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long cou
         return 0;
     if (cached != NULL)
         cache_lookup_spans(cached, *spans, count);
-    digest_spans(*spans, count);
+    digest_spans(*spans, count, d + len);
     return 1;
 }
 

@@ -56,11 +56,6 @@ read_unsigned(const uint8_t *buf, Py_ssize_t len, Py_ssize_t *pos, int max_bytes
         *out = buf[p];
         return 0;
     }
-    if (p + 1 < len && buf[p + 1] < 0x80) {          /* two bytes: 64..8191 zig-zagged */
-        *pos = p + 2;
-        *out = (uint64_t)(buf[p] & 0x7F) | ((uint64_t)buf[p + 1] << 7);
-        return 0;
-    }
     for (int i = 0; i < max_bytes; i++) {
         if (p + i >= len)
             return -1;                               /* premature end of data */
@@ -952,13 +947,19 @@ PyInit__codec(void)
         MD5_STEP(I, b, c, d, a, w[9], 0xeb86d391U, 21); \
     } while (0)
 
+/* MD5 reads its block as little-endian 32-bit words. */
+static inline uint32_t
+load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
 static void
 md5_block(uint32_t h[4], const uint8_t *block)
 {
     uint32_t w[16];
     for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)block[4 * i] | ((uint32_t)block[4 * i + 1] << 8)
-               | ((uint32_t)block[4 * i + 2] << 16) | ((uint32_t)block[4 * i + 3] << 24);
+        w[i] = load_le32(block + 4 * i);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
     MD5_64_STEPS(a, b, c, d, w);
     h[0] += a; h[1] += b; h[2] += c; h[3] += d;
@@ -1003,12 +1004,6 @@ typedef uint32_t md5_vec __attribute__((vector_size(4 * MD5_LANES)));
 #define MD5_TARGETS
 #endif
 
-static inline uint32_t
-load_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
 MD5_TARGETS static void
 md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint8_t *out[MD5_LANES],
           const uint8_t *limit)
@@ -1031,7 +1026,7 @@ md5_lanes(const uint8_t *keys[MD5_LANES], const Py_ssize_t lens[MD5_LANES], uint
             key = copy;
         }
         int k = (int)n / 4, shift = (int)(n % 4) * 8;
-        for (int i = 0; i < k; i++)              /* MD5 reads little-endian words */
+        for (int i = 0; i < k; i++)
             w.u[i][l] = load_le32(key + 4 * i);
         uint32_t last = shift ? load_le32(key + 4 * k) & ((1U << shift) - 1) : 0;
         w.u[k][l] = last | (0x80U << shift);
@@ -1126,10 +1121,10 @@ skip_headers(const uint8_t *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t end)
     return 1;
 }
 
-/* The walk of decode_walk without building objects: 1 = every record's span in `spans`, 0 = the
- * reference raises. */
 #define WALK_PREFETCH_BYTES 2048   /* ahead of the walk: sections bigger than L2 stream in */
 
+/* The walk of decode_walk without building objects: 1 = every record's span in `spans`, 0 = the
+ * reference raises. */
 static int
 walk_key_spans(const uint8_t *d, Py_ssize_t len, long long base_offset, long long count,
                KeySpan *spans)

@@ -78,7 +78,7 @@ class AbstractIndex:
             # pages (about 2 ms each for the .index and .timeindex of every new segment, paid
             # inside the append that rolls it); with it that write costs microseconds. Kafka's
             # JVM cannot give this hint; the files and their bytes are the same.
-            if hasattr(self._mmap, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            if hasattr(mmap, "MADV_RANDOM"):     # not on Windows
                 self._mmap.madvise(mmap.MADV_RANDOM)
 
     def _unmap(self) -> None:

@@ -116,7 +116,8 @@ class AbstractIndex:
         with open(self.path, "r+b") as f:
             f.truncate(rounded)
         self._map(rounded)
-        self._entries = min(self._entries, rounded // self.entry_size)
+        if rounded // self.entry_size < self._entries:
+            self._truncate_to_entries(rounded // self.entry_size)
         return True
 
     def trim_to_valid_size(self) -> None:
@@ -234,6 +235,18 @@ class OffsetIndex(AbstractIndex):
     entry_size = 8
     _entry = struct.Struct(">ii")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Kept in memory, as Kafka's OffsetIndex keeps `_lastOffset`: every append checks it,
+        # and reading it back from the mapping each time costs more than the write itself.
+        self._last_offset = self._last_offset_from_file()
+
+    def _last_offset_from_file(self) -> int:
+        return self.entry(self._entries - 1).offset if self._entries else self.base_offset
+
+    def _on_truncated(self) -> None:
+        self._last_offset = self._last_offset_from_file()
+
     def _key(self, n: int) -> int:
         return self.base_offset + self._read(n)[0]
 
@@ -250,7 +263,7 @@ class OffsetIndex(AbstractIndex):
 
     @property
     def last_offset(self) -> int:
-        return self.entry(self._entries - 1).offset if self._entries else self.base_offset
+        return self._last_offset
 
     def last_entry(self) -> OffsetPosition:
         return self.entry(self._entries - 1) if self._entries else OffsetPosition(self.base_offset, 0)
@@ -271,11 +284,12 @@ class OffsetIndex(AbstractIndex):
             raise IndexFullError(
                 f"attempt to append to a full index (size = {self._entries}) "
                 f"{self.file_name()}")
-        if self._entries > 0 and offset <= self.last_offset:
+        if self._entries > 0 and offset <= self._last_offset:
             raise InvalidOffsetError(
                 f"attempt to append an offset ({offset}) to position {self._entries} no larger "
-                f"than the last offset appended ({self.last_offset}) to {self.file_name()}")
+                f"than the last offset appended ({self._last_offset}) to {self.file_name()}")
         self._write((self.relative_offset(offset), position))
+        self._last_offset = offset
 
     def sanity_check(self) -> None:
         if self._entries != 0 and self.last_offset < self.base_offset:
@@ -408,6 +422,11 @@ class LazyIndex:
     @property
     def is_loaded(self) -> bool:
         return self._index is not None
+
+    @property
+    def entries(self) -> int:
+        # Read twice on every append (to tell views of a new entry): spelled out, not proxied.
+        return (self._index or self.get()).entries
 
     def get(self) -> AbstractIndex:
         if self._index is None:

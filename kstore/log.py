@@ -62,9 +62,10 @@ class Isolation:
     TXN_COMMITTED = "txn_committed"      # read_committed consumers: up to the LSO
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LogAppendInfo:
-    """What an append did (Kafka's LogAppendInfo)."""
+    """What an append did (Kafka's LogAppendInfo; mutable like it — and one is made per append,
+    where a frozen dataclass's field-by-field `object.__setattr__` would cost microseconds)."""
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -355,7 +356,7 @@ class Log:
                     f"message batch size is {len(buf)} bytes in append to partition {self.name} "
                     f"which exceeds the maximum configured segment size of "
                     f"{self.config.segment_bytes}")
-            info = self._append_info(batches, now)
+            info = self._append_info(batches, now, valid_bytes)
             for batch in batches:
                 if batch.partition_leader_epoch >= 0:
                     self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
@@ -382,7 +383,8 @@ class Log:
                 self.events.emit("index_entry", self.dir, segment=segment.base_offset,
                                  offset=info.last_offset, position=segment.size - len(buf))
         self.scheduler.run_due()
-        return info if not rolled else _replace(info, rolled=True)
+        info.rolled = rolled
+        return info
 
     def _complete_txn(self, segment: LogSegment, done: CompletedTxn) -> None:
         """A marker closed a transaction: an aborted one gets its `.txnindex` entry in the
@@ -489,7 +491,7 @@ class Log:
             offset += batch.last_offset_delta + 1
         return buf, batches
 
-    def _append_info(self, batches: list[RecordBatch], now: int) -> LogAppendInfo:
+    def _append_info(self, batches: list[RecordBatch], now: int, valid_bytes: int) -> LogAppendInfo:
         max_ts, offset_of_max = NO_TIMESTAMP, batches[0].last_offset
         for b in batches:
             if b.max_timestamp > max_ts:
@@ -501,8 +503,7 @@ class Log:
             log_append_time=now if log_append else NO_TIMESTAMP,
             log_start_offset=self._log_start_offset,
             num_messages=sum(b.records_count for b in batches),
-            valid_bytes=sum(b.size_in_bytes for b in batches),
-            source_compression=batches[0].compression)
+            valid_bytes=valid_bytes, source_compression=batches[0].compression)
 
     # ------------------------------------------------------------------ rolling
     def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> tuple[LogSegment, bool]:
@@ -918,7 +919,3 @@ def to_bytes(v) -> bytes | None:
         return bytes(v)
     raise TypeError(f"record keys and values must be bytes, str or None, not {type(v).__name__}")
 
-
-def _replace(info: LogAppendInfo, **changes) -> LogAppendInfo:
-    from dataclasses import replace
-    return replace(info, **changes)

@@ -130,6 +130,42 @@ def test_randomised_lookup_against_sorted_list_model(tmp_path):
     tidx.close()
 
 
+def test_last_offset_kept_in_memory_follows_every_change(tmp_path):
+    """OffsetIndex keeps its last offset in memory (Kafka's `_lastOffset`) instead of reading it
+    back at every append: after random appends, truncations and shrinking resizes it must equal
+    what the file says, and the append check must use it."""
+    rng = random.Random(20261124)
+    path = tmp_path / "m.index"
+    idx = OffsetIndex(path, 500, 64 * 8)
+    model: list[int] = []           # the offsets in the file, in order
+    for _ in range(600):
+        op = rng.random()
+        if op < 0.6 and len(model) < idx.max_entries:
+            offset = (model[-1] if model else 500) + rng.randint(1, 5)
+            idx.append(offset, len(model))
+            model.append(offset)
+        elif op < 0.8:
+            target = rng.randint(495, (model[-1] if model else 500) + 3)
+            idx.truncate_to(target)
+            model = [o for o in model if o < target]
+        elif op < 0.9:
+            keep = rng.randint(0, len(model))
+            idx.resize(keep * 8)            # shrinking the file drops the entries past it
+            model = model[:keep]
+            idx.resize(64 * 8)
+        else:
+            idx.close()
+            idx = OffsetIndex(path, 500, 64 * 8)
+            idx.resize(64 * 8)              # reopened trimmed: room to append again
+        expected = model[-1] if model else 500
+        assert idx.entries == len(model)
+        assert idx.last_offset == expected == idx.last_entry().offset
+        if model:
+            with pytest.raises(InvalidOffsetError):
+                idx.append(model[-1], 0)
+    idx.close()
+
+
 # --------------------------------------------------------------------------------------------
 # Case 14
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,9 @@ Two goals need a broker process and come from bench_fetch (run_all passes them i
                   broker's CPU per record says whether the broker or the client is the bound.
                   The pure-Python column is a broker started with KSTORE_PURE_PYTHON=1.
   fetch_sendfile  the broker serving Fetch with sendfile ÷ a plain os.sendfile server, at 1 MiB
-                  fetches and above (the fetch path decodes no records: one column).
+                  fetches and above (the fetch path decodes no records: one column): the median
+                  of 7 interleaved trials ÷ the faster plain mode's median (best ÷ best is kept
+                  in the JSON; one lucky plain trial moves it by 2×).
 
     .venv/bin/python bench/bench_goals.py          (KSTORE_BENCH_SCALE scales durations/volumes)
 """
@@ -83,7 +85,8 @@ GOALS = {   # name: (what is compared, target, unit)
                        "records/s"),
     "compaction": ("LogCleaner.clean_log MB/s ÷ raw sequential read MB/s of the same segments",
                    0.25, "ratio"),
-    "fetch_sendfile": ("Fetch via sendfile ÷ plain os.sendfile, worst of 1, 4 and 16 MiB fetches",
+    "fetch_sendfile": ("Fetch via sendfile ÷ plain os.sendfile (median trials), worst of 1, 4 "
+                       "and 16 MiB fetches",
                        0.8, "ratio"),
 }
 
@@ -263,9 +266,11 @@ def from_fetch(fetch: dict | None) -> tuple[dict, dict]:
                               "all_clients": {k: r["produce"]["records_per_s"] for k, r in rows.items()},
                               "statistic": "one run per client setup, wall clock; the fastest"}
     rows = [r for r in fetch["fetch"]["kstore_sendfile"] if r["fetch_size"] >= 1024 * 1024]
-    ratio = min(r["ratio_vs_plain_best"] for r in rows)
-    one = {"value": ratio, "by_size": {r["fetch_size"]: r["ratio_vs_plain_best"] for r in rows},
-           "statistic": "worst fetch size ≥ 1 MiB (each: best trial ÷ best plain trial)"}
+    ratio = min(r["ratio_vs_plain_median"] for r in rows)
+    one = {"value": ratio, "by_size": {r["fetch_size"]: r["ratio_vs_plain_median"] for r in rows},
+           "best_of_trials": {r["fetch_size"]: r["ratio_vs_plain_best"] for r in rows},
+           "statistic": "worst fetch size ≥ 1 MiB (each: median trial ÷ the faster plain mode's "
+                        "median trial; best ÷ best in best_of_trials)"}
     return produce, {"pure": one, "native": one}
 
 

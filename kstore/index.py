@@ -86,6 +86,10 @@ class AbstractIndex:
             self._mmap.close()
             self._mmap = None
 
+    def get(self) -> "AbstractIndex":
+        """An open index is its own `LazyIndex.get()`: code may ask either for the open index."""
+        return self
+
     # ---- size
     @property
     def entries(self) -> int:

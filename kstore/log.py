@@ -360,7 +360,7 @@ class Log:
             for batch in batches:
                 if batch.partition_leader_epoch >= 0:
                     self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
-            segment, rolled = self._maybe_roll(len(buf), info)
+            segment, rolled = self._maybe_roll(len(buf), info, now)
             index_entries = segment.offset_index.entries     # to tell views of a new index entry
             segment.append(info.last_offset, info.max_timestamp,
                            info.shallow_offset_of_max_timestamp, buf)
@@ -506,11 +506,11 @@ class Log:
             valid_bytes=valid_bytes, source_compression=batches[0].compression)
 
     # ------------------------------------------------------------------ rolling
-    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> tuple[LogSegment, bool]:
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo, now: int
+                    ) -> tuple[LogSegment, bool]:
         segment = self.active_segment
         params = RollParams(self.config.max_segment_ms, self.config.segment_bytes,
-                            info.max_timestamp, info.last_offset, messages_size,
-                            self.clock.milliseconds())
+                            info.max_timestamp, info.last_offset, messages_size, now)
         if segment.should_roll(params):
             reasons = segment.roll_reasons(params)
             return self.roll(info.first_offset, reasons=reasons), True

@@ -197,8 +197,11 @@ class LogSegment:
             self._max_ts_so_far = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         # Strictly greater, and counted before this append: the first append is never indexed.
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(largest_offset, physical_position)
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            # The open indexes themselves, as Kafka's LogSegment reads `lazyOffsetIndex.get()`:
+            # each call through the LazyIndex proxy costs more than the 8-byte write.
+            self.offset_index.get().append(largest_offset, physical_position)
+            self.time_index.get().maybe_append(self.max_timestamp_so_far,
+                                               self.offset_of_max_timestamp_so_far)
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(records)
 

@@ -158,7 +158,8 @@ def consume(args, out: TextIO) -> int:
         consumer = Consumer(broker, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
                             enable_auto_commit=args.group is not None,
-                            check_crcs=_bool_property(consumer_props, "check.crcs", True))
+                            check_crcs=_bool_property(consumer_props, "check.crcs", True),
+                            isolation_level=_isolation_level(args, consumer_props))
         tps = [(args.topic, p) for p in partitions]
         member = None
         if args.group is not None and args.partition is None and isinstance(broker, RemoteBroker):
@@ -210,6 +211,16 @@ def consume(args, out: TextIO) -> int:
             member.leave()
         sys.stderr.write(f"Processed a total of {printed} messages\n")
     return 0
+
+
+def _isolation_level(args, consumer_props: dict[str, str]) -> str:
+    """--isolation-level when given, else the consumer property, else read_uncommitted: the
+    order kafka-console-consumer merges them in (CommandLineUtils.maybeMergeOptions)."""
+    level = args.isolation_level or consumer_props.get("isolation.level", "read_uncommitted")
+    if level not in ("read_uncommitted", "read_committed"):
+        raise KStoreError(f"invalid value {level!r} for isolation.level: it must be one of "
+                          f"read_committed, read_uncommitted")
+    return level
 
 
 def _print_records(batch, out: TextIO, flag, separator: str, line_separator: str) -> int:
@@ -316,7 +327,10 @@ def add_parsers(sub) -> None:
                    help="print.key=true, print.offset=true, print.partition=true, "
                         "print.timestamp=true, key.separator=...")
     c.add_argument("--consumer-property", action="append", metavar="NAME=VALUE",
-                   help="consumer config: check.crcs=true|false (default true)")
+                   help="consumer config: check.crcs=true|false (default true), "
+                        "isolation.level=read_committed|read_uncommitted")
+    c.add_argument("--isolation-level", help="read_committed: leave out records of aborted and "
+                   "still open transactions; read_uncommitted (the default): print every record")
     c.set_defaults(func=lambda a: consume(a, sys.stdout))
 
     g = with_log_dir(sub.add_parser("get-offsets", help="offsets by time (kafka-get-offsets)"))

@@ -358,6 +358,45 @@ def test_librdkafka_and_kafka_python_commit_and_abort(served):
     kp.close(timeout=5)
 
 
+def test_console_consumer_isolation_level_like_kafka_console_consumer(served):
+    """`kstore consume --isolation-level read_committed` leaves out aborted and still-open
+    transactions (kafka-console-consumer's option); the consumer property works too, the
+    option wins over it, and a bad value is one line naming it."""
+    import subprocess
+    import sys
+    broker, bootstrap = served
+    broker.create_topic("t", 1)
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "console-tx"})
+    producer.init_transactions(20)
+    for values, commit in (([b"c0", b"c1"], True), ([b"a0"], False), ([b"c2"], True)):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce("t", value=v)
+        producer.flush(10)
+        producer.commit_transaction(20) if commit else producer.abort_transaction(20)
+    producer.begin_transaction()
+    producer.produce("t", value=b"open")
+    producer.flush(10)
+
+    def consume(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kstore", "consume", "--bootstrap-server",
+                               bootstrap, "--topic", "t", "--from-beginning", "--timeout-ms",
+                               "1500", *extra], capture_output=True, text=True, timeout=120)
+
+    committed, everything = ["c0", "c1", "c2"], ["c0", "c1", "a0", "c2", "open"]
+    assert consume().stdout.split() == everything
+    assert consume("--isolation-level", "read_committed").stdout.split() == committed
+    assert consume("--consumer-property", "isolation.level=read_committed").stdout.split() == committed
+    assert consume("--consumer-property", "isolation.level=read_committed", "--isolation-level",
+                   "read_uncommitted").stdout.split() == everything
+    bad = consume("--isolation-level", "read_dirty")
+    assert bad.returncode != 0 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        "kstore consume: KStoreError: invalid value 'read_dirty' for isolation.level: it must be "
+        "one of read_committed, read_uncommitted"]
+    producer.abort_transaction(20)
+
+
 def test_a_second_producer_fences_the_first(served):
     broker, bootstrap = served
     broker.create_topic("t", 1)

@@ -1,7 +1,8 @@
 """Topic/log configuration under Kafka's own names and defaults, validated like Kafka's ConfigDef.
 
-Mirrors Kafka's `LogConfig` (and `ServerLogConfigs` for the defaults). Values may be given as Python
-values or as the strings a `.properties` file holds. Access by Kafka name (`config["segment.bytes"]`)
+Mirrors Kafka's `LogConfig` (and `ServerLogConfigs` for the defaults, `ServerTopicConfigSynonyms` for
+the broker-wide defaults of the topic configs). Values may be given as Python values or as the
+strings a `.properties` file holds. Access by Kafka name (`config["segment.bytes"]`)
 or by attribute with dots as underscores (`config.segment_bytes`).
 """
 

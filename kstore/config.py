@@ -393,12 +393,15 @@ class BrokerConfig(_Config):
         and units: per topic config the first of its broker synonyms that was set
         (KafkaConfig.extractLogConfigMap)."""
         out = {}
-        for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items():
-            given = [(name, unit) for name, unit in synonyms if name in self._overrides]
+        for topic in TOPIC_CONFIG_SYNONYMS:
+            given = self._first_synonym_set(topic)
             if given:
-                name, unit = given[0]
+                name, unit = given
                 out[topic] = _in_topic_units(topic, unit, self._overrides[name])
         return out
+
+    def _first_synonym_set(self, topic: str) -> tuple[str, int] | None:
+        return next(((n, u) for n, u in TOPIC_CONFIG_SYNONYMS[topic] if n in self._overrides), None)
 
     def with_topic_defaults(self, topic_defaults: LogConfig | Mapping[str, Any] | None) -> BrokerConfig:
         """This config with topic defaults given under the topic configs' names (kstore's Python
@@ -419,8 +422,8 @@ class BrokerConfig(_Config):
         check_log_values(values.__getitem__, self._given_synonym)
 
     def _given_synonym(self, topic: str) -> str:
-        names = [n for n, _ in TOPIC_CONFIG_SYNONYMS[topic] if n in self._overrides]
-        return names[0] if names else server_default_name(topic)
+        given = self._first_synonym_set(topic)
+        return given[0] if given else server_default_name(topic)
 
 
 def describe() -> list[dict]:

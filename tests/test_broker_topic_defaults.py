@@ -121,15 +121,17 @@ def test_describe_configs_names_the_broker_config_as_kafka_does(served):
     assert broker["message.max.bytes"]["value"] == "1048588"
 
 
-@pytest.mark.parametrize("override, problem", [
-    ("log.segment.bytes=abc", "Invalid value 'abc' for configuration log.segment.bytes: expected type int"),
-    ("log.segment.bytes=13", "Invalid value 13 for configuration log.segment.bytes: Value must be at least 14"),
-    ("log.segment.bytes=1048576 --override no.such.config=1", "Unknown broker config name: no.such.config"),
+@pytest.mark.parametrize("overrides, problem", [
+    (["log.segment.bytes=abc"],
+     "Invalid value 'abc' for configuration log.segment.bytes: expected type int"),
+    (["log.segment.bytes=13"],
+     "Invalid value 13 for configuration log.segment.bytes: Value must be at least 14"),
+    (["log.segment.bytes=1048576", "no.such.config=1"], "Unknown broker config name: no.such.config"),
 ])
-def test_serve_refuses_a_bad_broker_default_in_one_line(tmp_path, override, problem):
-    args = [f"--override={o}" for o in override.split(" --override ")]
+def test_serve_refuses_a_bad_broker_default_in_one_line(tmp_path, overrides, problem):
     result = subprocess.run([sys.executable, "-m", "kstore", "serve", "--log-dir", str(tmp_path / "logs"),
-                             "--port", "0", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+                             "--port", "0", *(f"--override={o}" for o in overrides)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [f"kstore serve: ConfigError: {problem}"]
     assert not (tmp_path / "logs").exists()                          # nothing written

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .config import ConfigEntry, config_entries
+from .config import ConfigEntry, broker_config_entries, topic_config_entries
 from .errors import InvalidReplicaAssignmentError, InvalidRequestError, KStoreError, error_code
 
 # DescribeConfigsRequest resource types and ConfigSource / ConfigType codes (DescribeConfigsResponse)
@@ -91,25 +91,22 @@ class AdminApis:
                     lambda result, r=r: describe(r, result)) for r in body["resources"]]}
 
     def _config_entries(self, resource_type: int, name: str) -> list[ConfigEntry]:
-        defaults = self.broker.logs.default_config
         if resource_type == TOPIC_RESOURCE:
             overrides = self.broker.describe_topic(name).configs   # UNKNOWN_TOPIC_OR_PARTITION
-            return config_entries(defaults.with_overrides(overrides),
-                                  [("DYNAMIC_TOPIC_CONFIG", overrides),
-                                   ("STATIC_BROKER_CONFIG", defaults.overrides)])
+            return topic_config_entries(self.broker.logs.default_config.with_overrides(overrides),
+                                        overrides, self.broker.config)
         if resource_type == BROKER_RESOURCE:
             if name not in ("", str(self.broker.broker_id)):
                 raise InvalidRequestError(f"unexpected broker id, expected {self.broker.broker_id} "
                                           f"or the empty string, but received {name!r}")
-            return config_entries(self.broker.config,
-                                  [("STATIC_BROKER_CONFIG", self.broker.config.overrides)])
+            return broker_config_entries(self.broker.config)
         raise InvalidRequestError(f"kstore describes topic ({TOPIC_RESOURCE}) and broker "
                                   f"({BROKER_RESOURCE}) configs, not resource type {resource_type}")
 
     @staticmethod
     def _config_result(entry: ConfigEntry, body: dict, read_only: bool) -> dict:
-        synonyms = ([{"name": entry.name, "value": value, "source": CONFIG_SOURCE[source]}
-                     for source, value in entry.synonyms] if body.get("include_synonyms") else [])
+        synonyms = ([{"name": s.name, "value": s.value, "source": CONFIG_SOURCE[s.source]}
+                     for s in entry.synonyms] if body.get("include_synonyms") else [])
         return {"name": entry.name, "value": entry.value, "read_only": read_only,
                 "config_source": CONFIG_SOURCE[entry.source], "is_sensitive": False,
                 "synonyms": synonyms, "config_type": CONFIG_TYPE.get(entry.type, 0),

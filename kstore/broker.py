@@ -132,7 +132,8 @@ class Broker:
         self.broker_id = _broker_id_from(log_dir) if broker_id is None else broker_id
         broker_id = self.broker_id
         self.clock = clock or SYSTEM
-        self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
+        self.config = (config if isinstance(config, BrokerConfig)
+                       else BrokerConfig(config or {})).with_topic_defaults(topic_defaults)
         self.events = events or EventBus()
         if not read_only:
             os.makedirs(log_dir, exist_ok=True)
@@ -146,7 +147,7 @@ class Broker:
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
         if not read_only:
             self._write_meta_properties()
-        self.logs = LogManager(self.log_dir, topic_defaults, self.clock, events=self.events,
+        self.logs = LogManager(self.log_dir, None, self.clock, events=self.events,
                                broker_config=self.config, single_replica=False,
                                topic_configs={t: self.metadata.topic_config(t)
                                               for t in self.metadata.topics()},

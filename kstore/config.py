@@ -1,7 +1,8 @@
 """Topic/log configuration under Kafka's own names and defaults, validated like Kafka's ConfigDef.
 
-Mirrors Kafka's `LogConfig` (and `ServerLogConfigs` for the defaults). Values may be given as Python
-values or as the strings a `.properties` file holds. Access by Kafka name (`config["segment.bytes"]`)
+Mirrors Kafka's `LogConfig` (and `ServerLogConfigs` for the defaults, `ServerTopicConfigSynonyms` for
+the broker-wide defaults of the topic configs). Values may be given as Python values or as the
+strings a `.properties` file holds. Access by Kafka name (`config["segment.bytes"]`)
 or by attribute with dots as underscores (`config.segment_bytes`).
 """
 
@@ -194,6 +195,18 @@ class _Config:
         return type(other) is type(self) and other._values == self._values
 
 
+def check_log_values(value: Callable[[str], Any], label: Callable[[str], str] = str) -> None:
+    """The checks no single validator can make; `label` names a topic config in the message (the
+    broker checks its topic defaults under its own names)."""
+    if value("retention.bytes") < -1:
+        raise ConfigError(f"Invalid value {value('retention.bytes')} for configuration "
+                          f"{label('retention.bytes')}: must be -1 (no limit) or at least 0")
+    if value("max.compaction.lag.ms") < value("min.compaction.lag.ms"):
+        raise ConfigError(
+            f"conflict: {label('max.compaction.lag.ms')} ({value('max.compaction.lag.ms')}) must "
+            f"be at least {label('min.compaction.lag.ms')} ({value('min.compaction.lag.ms')})")
+
+
 class LogConfig(_Config):
     """Validated per-log (topic) configuration. Unknown names and impossible values raise ConfigError."""
 
@@ -201,13 +214,7 @@ class LogConfig(_Config):
     _unknown = "Unknown topic config name"
 
     def _check_consistency(self) -> None:
-        if self.retention_bytes < -1:
-            raise ConfigError(f"Invalid value {self.retention_bytes} for configuration "
-                              f"retention.bytes: must be -1 (no limit) or at least 0")
-        if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
-            raise ConfigError(
-                f"conflict: max.compaction.lag.ms ({self.max_compaction_lag_ms}) must be at least "
-                f"min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+        check_log_values(self.__getitem__)
 
     @property
     def compact(self) -> bool:
@@ -304,35 +311,151 @@ _BROKER_KEYS = [
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
               at_least(1), "How often the coordinator removes expired transactional ids."),
 ]
+
+# ---- broker-wide defaults of the topic configs (Kafka's ServerTopicConfigSynonyms) ----
+# For historical reasons a topic config's broker-wide default has another name (segment.bytes is
+# log.segment.bytes in server.properties). Some have several, highest priority first: the first
+# one set wins (log.retention.ms over log.retention.minutes over log.retention.hours). A name with
+# a unit is in that unit and converted to the topic config's milliseconds.
+HOUR_MS, MINUTE_MS = 3_600_000, 60_000
+_UNITS = {HOUR_MS: "hours", MINUTE_MS: "minutes"}
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    topic: tuple(s if isinstance(s, tuple) else (s, 1) for s in synonyms)
+    for topic, synonyms in {
+        "segment.bytes": ("log.segment.bytes",),
+        "segment.ms": ("log.roll.ms", ("log.roll.hours", HOUR_MS)),
+        "segment.jitter.ms": ("log.roll.jitter.ms", ("log.roll.jitter.hours", HOUR_MS)),
+        "segment.index.bytes": ("log.index.size.max.bytes",),
+        "index.interval.bytes": ("log.index.interval.bytes",),
+        "flush.messages": ("log.flush.interval.messages",),
+        "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+        "retention.ms": ("log.retention.ms", ("log.retention.minutes", MINUTE_MS),
+                         ("log.retention.hours", HOUR_MS)),
+        "retention.bytes": ("log.retention.bytes",),
+        "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
+        "max.message.bytes": ("message.max.bytes",),
+        "message.timestamp.type": ("log.message.timestamp.type",),
+        "preallocate": ("log.preallocate",),
+        "cleanup.policy": ("log.cleanup.policy",),
+        "compression.type": ("compression.type",),
+        "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+        "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+        "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
+        "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
+        "min.insync.replicas": ("min.insync.replicas",),
+        "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+        "message.downconversion.enable": ("log.message.downconversion.enable",),   # Kafka 3.x
+    }.items()}
+SYNONYM_GROUP = {name: TOPIC_CONFIG_SYNONYMS[topic]
+                 for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items() for name, _ in synonyms}
+
+
+def server_default_name(topic_config: str) -> str:
+    """The broker config that sets `topic_config` for every topic (Kafka's serverSynonym)."""
+    return TOPIC_CONFIG_SYNONYMS[topic_config][0][0]
+
+
+def _in_topic_units(topic: str, unit_ms: int, value: Any) -> Any:
+    if topic == "retention.ms" and value < 0:
+        return -1   # any negative broker retention keeps forever (KafkaConfig.logRetentionTimeMillis)
+    return value * unit_ms if unit_ms != 1 else value
+
+
+def _synonym_key(topic: str, name: str, unit_ms: int, last: bool) -> ConfigKey:
+    """`name` checked by the topic config's own validator, on the value converted to its units.
+    Only the last synonym has a default (the others default to unset, as Kafka's null), so an unset
+    log.retention.ms leaves the word to log.retention.hours."""
+    key = KEYS[topic]
+    check = key.validator
+    validator = None if check is None else (
+        lambda v: check(_in_topic_units(topic, unit_ms, v)))
+    default = (key.default if unit_ms == 1 else key.default // unit_ms) if last else None
+    unit = f", in {_UNITS[unit_ms]}" if unit_ms != 1 else ""
+    return ConfigKey(name, key.type if unit_ms == 1 else "int", default, validator,
+                     f"The default {topic} of every topic without its own{unit}.")
+
+
+_BROKER_KEYS += [_synonym_key(topic, name, unit, i == len(synonyms) - 1)
+                 for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items()
+                 for i, (name, unit) in enumerate(synonyms)]
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
 
 class BrokerConfig(_Config):
-    """Broker-wide settings of the log manager (Kafka's KafkaConfig / ServerLogConfigs)."""
+    """Broker-wide settings (Kafka's KafkaConfig / ServerLogConfigs), among them the broker-wide
+    defaults of the topic configs under their broker names (`log.segment.bytes`, ...)."""
 
     _keys = BROKER_KEYS
     _unknown = "Unknown broker config name"
 
+    def topic_defaults(self) -> dict[str, Any]:
+        """The topic configs this broker's settings give every topic, in the topic configs' names
+        and units: per topic config the first of its broker synonyms that was set
+        (KafkaConfig.extractLogConfigMap)."""
+        out = {}
+        for topic in TOPIC_CONFIG_SYNONYMS:
+            given = self._first_synonym_set(topic)
+            if given:
+                name, unit = given
+                out[topic] = _in_topic_units(topic, unit, self._overrides[name])
+        return out
+
+    def _first_synonym_set(self, topic: str) -> tuple[str, int] | None:
+        return next(((n, u) for n, u in TOPIC_CONFIG_SYNONYMS[topic] if n in self._overrides), None)
+
+    def with_topic_defaults(self, topic_defaults: LogConfig | Mapping[str, Any] | None) -> BrokerConfig:
+        """This config with topic defaults given under the topic configs' names (kstore's Python
+        API, `Broker(topic_defaults=...)`) set as their highest-priority broker synonyms."""
+        given = (topic_defaults.overrides if isinstance(topic_defaults, LogConfig)
+                 else dict(topic_defaults or {}))
+        if not given:
+            return self
+        LogConfig(given)   # their errors name the topic configs the caller used
+        return self.with_overrides({server_default_name(t): v for t, v in given.items()})
+
+    def log_config(self) -> LogConfig:
+        """The topic defaults as a LogConfig: what a topic without overrides of its own gets."""
+        return LogConfig(self.topic_defaults())
+
+    def _check_consistency(self) -> None:
+        values = {**{k.name: k.default for k in KEYS.values()}, **self.topic_defaults()}
+        check_log_values(values.__getitem__, self._given_synonym)
+
+    def _given_synonym(self, topic: str) -> str:
+        given = self._first_synonym_set(topic)
+        return given[0] if given else server_default_name(topic)
+
 
 def describe() -> list[dict]:
-    """Every config with its type, default and meaning (for the course's tables)."""
-    return [{"name": k.name, "type": k.type, "default": k.default, "doc": k.doc} for k in _KEYS]
+    """Every config with its type, default, meaning and broker-wide default's name (the "Server
+    Default Property" of Kafka's topic config table), for the course's tables."""
+    return [{"name": k.name, "type": k.type, "default": k.default, "doc": k.doc,
+             "server_default": server_default_name(k.name)} for k in _KEYS]
 
 
 # ---- DescribeConfigs: every value with where it came from (Kafka's ConfigEntry) ----
 
 @dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
 class ConfigEntry:
     name: str
-    value: str                 # as Kafka prints it: "true", "delete,compact", "604800000"
+    value: str | None          # as Kafka prints it: "true", "delete,compact", "604800000"; None: unset
     source: str                # DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG
     type: str                  # the ConfigKey type
     doc: str
-    synonyms: tuple[tuple[str, str], ...] = ()   # (source, value), most specific first
+    synonyms: tuple[ConfigSynonym, ...] = ()   # where the value could come from, the one used first
 
 
-def format_value(value: Any) -> str:
+def format_value(value: Any) -> str | None:
     """A config value the way Kafka's ConfigDef writes it back (ConfigDef.convertToString)."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
@@ -340,14 +463,40 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def config_entries(config: _Config, layers: list[tuple[str, Mapping[str, Any]]]) -> list[ConfigEntry]:
-    """Every key of `config` (the effective values), each with the first layer that sets it as its
-    source and the values of all the layers that do as synonyms; DEFAULT_CONFIG otherwise."""
+def _broker_synonyms(name: str, broker: BrokerConfig) -> list[ConfigSynonym]:
+    """Kafka's ConfigHelper.configSynonyms for broker config `name`: each name of its synonym group
+    that server.properties (here: the overrides) sets, then each one's default where it has one;
+    the list then starts at `name` itself. So the topic config retention.ms set broker-wide only by
+    log.retention.hours reports no synonyms and source DEFAULT_CONFIG, exactly as Kafka does."""
+    group = [n for n, _ in SYNONYM_GROUP.get(name, ((name, 1),))]
+    chain = [ConfigSynonym(n, format_value(broker[n]), "STATIC_BROKER_CONFIG")
+             for n in group if n in broker.overrides]
+    chain += [ConfigSynonym(n, format_value(BROKER_KEYS[n].default), "DEFAULT_CONFIG")
+              for n in group if BROKER_KEYS[n].default is not None]
+    while chain and chain[0].name != name:
+        chain.pop(0)
+    return chain
+
+
+def _entry(key: ConfigKey, value: Any, synonyms: list[ConfigSynonym]) -> ConfigEntry:
+    source = synonyms[0].source if synonyms else "DEFAULT_CONFIG"
+    return ConfigEntry(key.name, format_value(value), source, key.type, key.doc, tuple(synonyms))
+
+
+def topic_config_entries(config: LogConfig, topic_overrides: Mapping[str, Any],
+                         broker: BrokerConfig) -> list[ConfigEntry]:
+    """Every topic config with its effective value (`config`): DYNAMIC_TOPIC_CONFIG when the topic
+    sets it, then the broker-wide default under its broker name (ConfigHelper.createTopicConfigEntry)."""
     out = []
-    for key in config._keys.values():
-        synonyms = [(source, format_value(_convert(key, given[key.name])))
-                    for source, given in layers if key.name in given]
-        synonyms.append(("DEFAULT_CONFIG", format_value(key.default)))
-        out.append(ConfigEntry(key.name, format_value(config[key.name]), synonyms[0][0], key.type,
-                               key.doc, tuple(synonyms)))
+    for key in KEYS.values():
+        own = ([ConfigSynonym(key.name, format_value(config[key.name]), "DYNAMIC_TOPIC_CONFIG")]
+               if key.name in topic_overrides else [])
+        out.append(_entry(key, config[key.name],
+                          own + _broker_synonyms(server_default_name(key.name), broker)))
     return out
+
+
+def broker_config_entries(broker: BrokerConfig) -> list[ConfigEntry]:
+    """Every broker config with its value (None where unset without a default, like log.retention.ms)."""
+    return [_entry(key, broker[key.name], _broker_synonyms(key.name, broker))
+            for key in BROKER_KEYS.values()]

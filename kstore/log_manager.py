@@ -42,13 +42,14 @@ class LogManager:
         removed — no marker removal, no recovery, no checkpoints, no new logs."""
         self.log_dir = os.path.abspath(log_dir)
         self.read_only = read_only
-        self.default_config = config if isinstance(config, LogConfig) else LogConfig(config or {})
         self.topic_configs = dict(topic_configs or {})
         self.clock = clock or SYSTEM
         self.events = events or EventBus()
         self.scheduler = scheduler or Scheduler(self.clock)
         self.broker_config = (broker_config if isinstance(broker_config, BrokerConfig)
-                              else BrokerConfig(broker_config or {}))
+                              else BrokerConfig(broker_config or {})).with_topic_defaults(config)
+        # What every topic without overrides of its own gets: the broker's log.segment.bytes, ...
+        self.default_config = self.broker_config.log_config()
         self.single_replica = single_replica   # False: a replica manager moves the HWs
         self._logs: dict[tuple[str, int], Log] = {}
         self._tasks: dict[str, object] = {}

@@ -350,7 +350,8 @@ def add_parsers(sub) -> None:
     sv.add_argument("--copy-fetch", action="store_true",
                     help="send fetched records through user space instead of os.sendfile")
     sv.add_argument("--override", action="append", metavar="NAME=VALUE",
-                    help="broker config, e.g. auto.create.topics.enable=false")
+                    help="broker config, e.g. auto.create.topics.enable=false, or a topic "
+                         "config's broker-wide default, e.g. log.segment.bytes=1048576")
     sv.add_argument("--my-engine", metavar="FOLDER",
                     help="serve with your saved exercise functions plugged in (kstore.my_engine)")
     sv.set_defaults(func=lambda a: _serve(a))

@@ -17,9 +17,9 @@ def records(n: int, start: int = 0, size: int = 10, ts: int = T0) -> list[Record
             for i in range(start, start + n)]
 
 
-def serve_log_dir(log_dir, cwd=None, port=None):
-    """`kstore serve` on a log directory, on `port` or a free one: (process, "127.0.0.1:port")
-    once it accepts connections."""
+def serve_log_dir(log_dir, cwd=None, port=None, overrides=()):
+    """`kstore serve` on a log directory, on `port` or a free one, with `--override` for each of
+    `overrides` ("name=value"): (process, "127.0.0.1:port") once it accepts connections."""
     import socket
     import subprocess
     import sys
@@ -29,7 +29,8 @@ def serve_log_dir(log_dir, cwd=None, port=None):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir), "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
+                             str(port), *(f"--override={o}" for o in overrides)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..errors import KStoreError
 from ..completed_fetch import delivered_positions
@@ -61,8 +62,9 @@ class Backend:
         raise NotImplementedError
 
     def read_arrow(self, topic: str, partition: int, start: int, end: int, include_headers: bool,
-                   check_crcs: bool = True):
-        """Arrow batches of [start, end); `check_crcs` is the source's kafka.check.crcs."""
+                   check_crcs: bool = True, columns: Sequence[str] | None = None):
+        """Arrow batches of [start, end); `check_crcs` is the source's kafka.check.crcs; only
+        `columns` (and `offset`) are decoded when given (column pruning)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -101,7 +103,8 @@ class LogDirBackend(Backend):
             out[(t, p)] = part.offset_for_timestamp(ts, self._bounds(part)[1])
         return out
 
-    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
+    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True,
+                   columns=None):
         part = self.reader.partition(topic, partition)
         if not part.exists():
             raise DataUnavailable(f"partition directory {part.dir} does not exist")
@@ -109,7 +112,7 @@ class LogDirBackend(Backend):
                   if self.read_committed else None)
         try:
             yield from part.read_arrow(start, end, include_headers, check_crcs=check_crcs,
-                                       select=select)
+                                       select=select, columns=columns)
         except SegmentsChanged as e:
             raise DataUnavailable(f"segment {os.path.basename(str(e))} of {topic}-{partition} was "
                                   f"removed while it was read") from None
@@ -148,11 +151,13 @@ class NetworkBackend(Backend):
         found = self.client.list_offsets_many(dict(requests), self.read_committed)
         return {tp: (None if f.offset < 0 else f.offset) for tp, f in found.items()}
 
-    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True):
+    def read_arrow(self, topic, partition, start, end, include_headers, check_crcs=True,
+                   columns=None):
         from ..errors import OffsetOutOfRangeError
         from ..log import Isolation
         isolation_level = Isolation.TXN_COMMITTED if self.read_committed else Isolation.HIGH_WATERMARK
-        builder = ColumnBuilder(topic, partition, include_headers, check_crcs=check_crcs)
+        builder = ColumnBuilder(topic, partition, include_headers, check_crcs=check_crcs,
+                                columns=columns)
         offset = start
         while offset < end:
             try:

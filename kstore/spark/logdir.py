@@ -287,11 +287,13 @@ class PartitionReader:
                 os.close(fd)
 
     def read_arrow(self, start: int, end: int, include_headers: bool = False,
-                   rows_per_batch: int | None = None, check_crcs: bool = True, select=None):
+                   rows_per_batch: int | None = None, check_crcs: bool = True, select=None,
+                   columns=None):
         """Arrow record batches of the records with start ≤ offset < end. The caller has dealt
         with data loss (see `kstore.spark.source`); offset gaps are normal (compaction).
         `select(buf, positions)` keeps only some batches of each chunk (read_committed)."""
         builder = ColumnBuilder(self.topic, self.partition, include_headers, check_crcs=check_crcs,
+                                columns=columns,
                                 **({"rows_per_batch": rows_per_batch} if rows_per_batch else {}))
         for buf, positions, path, chunk_position in self.chunks(start, end):
             for pos in (positions if select is None else select(buf, positions)):

@@ -118,10 +118,11 @@ def _missing(r: KStoreRange, start: int, earliest: int) -> str:
             f"{r.end})).")
 
 
-def read_range(r: KStoreRange, backend=None):
+def read_range(r: KStoreRange, backend=None, columns: list[str] | None = None):
     """Arrow record batches of one range, with Kafka's read-time data-loss rules
     (KafkaDataConsumer.get): offsets below the log start were aged out; offsets that vanish while
-    being read are rechecked; a log that now ends before the range's end lost its tail."""
+    being read are rechecked; a log that now ends before the range's end lost its tail. Only
+    `columns` and `offset` are decoded when `columns` is given (column pruning)."""
     own = backend is None
     backend = backend or r.location.open()
     try:
@@ -138,9 +139,9 @@ def read_range(r: KStoreRange, backend=None):
                 start = earliest
             try:
                 for batch in backend.read_arrow(r.topic, r.partition, start, end, r.include_headers,
-                                                  check_crcs=r.check_crcs):
+                                                  check_crcs=r.check_crcs, columns=columns):
                     if batch.num_rows:
-                        start = batch.column(4)[batch.num_rows - 1].as_py() + 1
+                        start = batch.column("offset")[batch.num_rows - 1].as_py() + 1
                         yield batch
                 break
             except DataUnavailable:
@@ -341,7 +342,7 @@ class KStoreBatchReader(DataSourceReader):
     def read(self, partition):
         if not isinstance(partition, KStoreRange):
             return iter(())        # Spark's stand-in when partitions() found nothing to read
-        return project(read_range(partition), self.columns)
+        return project(read_range(partition, columns=self.columns), self.columns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition):
-        return project(read_range(partition), self.columns)
+        return project(read_range(partition, columns=self.columns), self.columns)
 
     def commit(self, end):
         """Spark calls this lazily (when planning the next batch) and repeatedly; like Spark's

@@ -303,7 +303,9 @@ class Partition:
         if state is None or replica_id in self.isr:
             return False
         if may_join_isr(state.log_end_offset, self.high_watermark, self.leader_epoch_start_offset):
-            self.isr = sorted(self.isr + [replica_id], key=self.replicas.index)
+            # Appended, as Kafka's Partition.prepareIsrExpand sends `isr + newInSyncReplicaId`:
+            # after a restart `describe` shows e.g. Replicas 1,2,3 and Isr 1,3,2.
+            self.isr = self.isr + [replica_id]
             if self.on_isr_change is not None:
                 self.on_isr_change(self)
             return True

@@ -345,7 +345,7 @@ def test_follower_joins_isr_only_within_the_current_leader_epoch(tmp_path):
     p.fetch_records(1, 9, 1 << 20)
     assert p.isr == [0, 2]
     p.fetch_records(1, 10, 1 << 20)
-    assert p.isr == [0, 1, 2]
+    assert p.isr == [0, 2, 1]       # appended, as Kafka's leader sends `isr + newInSyncReplicaId`
     assert p.high_watermark == 3                             # the HW waits for follower 2
 
 
@@ -387,8 +387,8 @@ def test_isr_expansion_reaches_the_controller(tmp_path):
     assert c.isr(TOPIC) == [0, 2]
     c.restart(1)
     c.replicate(rounds=2)
-    assert c.isr(TOPIC) == [0, 1, 2]
-    assert c.metadata.partition_state(TOPIC, 0)["isr"] == [0, 1, 2]
+    assert c.isr(TOPIC) == [0, 2, 1]   # a rejoining replica is appended, as in Kafka
+    assert c.metadata.partition_state(TOPIC, 0)["isr"] == [0, 2, 1]
     c.crash(2), c.crash(0)
     assert c.leader(TOPIC) == 1 and values(c, 1) == [(0, "a")]
 
@@ -458,7 +458,7 @@ def test_unclean_election_loses_committed_data(tmp_path):
     c.restart(0)
     c.replicate(rounds=3)
     assert values(c, 0) == values(c, 1) == [(0, "m0"), (1, "m3")]   # acked m1, m2 are gone
-    assert c.isr(TOPIC) == [0, 1]
+    assert c.isr(TOPIC) == [1, 0]   # 0 rejoined last: appended, as in Kafka
 
 
 def test_clean_election_goes_offline_until_an_isr_member_returns(tmp_path):
@@ -492,7 +492,7 @@ def test_preferred_leader_election(tmp_path):
     c.restart(0)
     assert c.elect_preferred_leader(TOPIC) is None          # 0 is not in sync yet
     c.replicate(rounds=2)
-    assert c.isr(TOPIC) == [0, 1, 2]
+    assert c.isr(TOPIC) == [1, 2, 0]   # 0 rejoined last: appended, as in Kafka
     e = c.elect_preferred_leader(TOPIC)
     assert (e.old_leader, e.new_leader, e.leader_epoch) == (1, 0, 2)
     assert c.leader(TOPIC) == 0 and c.metadata.partition_state(TOPIC, 0)["leader_epoch"] == 2
@@ -813,7 +813,7 @@ def test_kip101_scenario_1_acked_message_lost_by_hw_truncation(tmp_path, mode):
     else:
         assert values(c, 0) == values(c, 1) == [(0, "m0"), (1, "m1")]
         assert [r.value for r in c.consume(TOPIC)] == [b"m0", b"m1"]
-    assert c.isr(TOPIC) == [0, 1]
+    assert c.isr(TOPIC) == [1, 0]   # 0 rejoined last: appended, as in Kafka
 
 
 @pytest.mark.parametrize("mode", [HW_TRUNCATION, EPOCH_TRUNCATION])

@@ -1229,6 +1229,7 @@ struct OffsetTable {
 #define CACHE_KNOWN 1        /* the record at this offset was seen by the map pass */
 #define CACHE_KEYED 2        /* ... it has a key, whose digest is cached */
 #define CACHE_TOMBSTONE 4    /* ... its value is null */
+#define CACHE_SUPERSEDED 8   /* ... and a later record with the same key digest was mapped */
 
 typedef struct BatchSummary {
     int64_t segment, position, base_offset, last_offset, base_timestamp, producer_id;
@@ -1287,7 +1288,7 @@ table_resize(OffsetTable *t, Py_ssize_t capacity)
 }
 
 static int
-table_put(OffsetTable *t, const uint8_t digest[16], int64_t offset)
+table_put(OffsetTable *t, const uint8_t digest[16], int64_t offset, int64_t *previous)
 {
     if ((t->size + 1) * 2 > t->capacity && table_resize(t, t->capacity * 2) < 0)
         return -1;
@@ -1296,7 +1297,10 @@ table_put(OffsetTable *t, const uint8_t digest[16], int64_t offset)
         memcpy(t->entries[i].digest, digest, 16);
         t->used[i] = 1;
         t->size++;
+        *previous = -1;
     }
+    else
+        *previous = t->entries[i].offset;
     t->entries[i].offset = offset;
     return 0;
 }
@@ -1359,6 +1363,19 @@ cache_store(OffsetTable *t, int64_t offset, const uint8_t *digest, int value_nul
     t->cached[i] = CACHE_KNOWN | (digest != NULL ? CACHE_KEYED : 0) | (value_null ? CACHE_TOMBSTONE : 0);
     if (i >= t->cache_len)
         t->cache_len = i + 1;
+}
+
+/* The record at `previous` now has a newer one with its key digest at `offset`: whatever the map
+ * ends up holding for that digest is at least `offset`, so the filter pass will drop it
+ * (`should_retain_record`: an older record of a key) — and may do so without a lookup. Only a
+ * record the map pass cached (CACHE_KNOWN) is flagged; the rest are looked up as ever. */
+static inline void
+cache_supersede(OffsetTable *t, int64_t previous, int64_t offset)
+{
+    int64_t i = previous - t->cache_base;
+    if (previous >= 0 && previous < offset && i >= 0 && i < t->cache_len
+            && (t->cached[i] & CACHE_KNOWN))
+        t->cached[i] |= CACHE_SUPERSEDED;
 }
 
 static void
@@ -1455,7 +1472,8 @@ table_ass_subscript(OffsetTable *t, PyObject *key, PyObject *value)
     long long offset = PyLong_AsLongLong(value);
     if (offset == -1 && PyErr_Occurred())
         return -1;
-    return table_put(t, digest, offset);
+    int64_t previous;
+    return table_put(t, digest, offset, &previous);
 }
 
 static PyObject *
@@ -1558,8 +1576,10 @@ map_spans(PyObject *entries, const KeySpan *spans, long long count, long long st
                 return 0;
             }
             if (is_table) {
-                if (table_put(t, s->digest, s->offset) < 0)
+                int64_t previous;
+                if (table_put(t, s->digest, s->offset, &previous) < 0)
                     return -1;
+                cache_supersede(t, previous, s->offset);
                 cache_store(t, s->offset, s->digest, s->value_null);
             }
             else {
@@ -1981,6 +2001,28 @@ find_summary(const OffsetTable *t, int64_t segment, int64_t position)
  * digests and flags, as filter_batches decides from the bytes) are passed over without being
  * read. It stops at the first batch it cannot drop so: the cleaner reads from there.
  */
+/* Does every record of the summarized batch have a newer one with its key (CACHE_SUPERSEDED),
+ * at or below `map_latest`? Then filter_spans would keep none of them: each is keyed, below the
+ * map's latest offset, and older than the map's offset for its key. Its tombstones are counted. */
+static int
+all_superseded(const OffsetTable *t, const BatchSummary *b, long long map_latest,
+               long long *tombstones)
+{
+    const uint8_t want = CACHE_KNOWN | CACHE_KEYED | CACHE_SUPERSEDED;
+    int64_t first = b->base_offset - t->cache_base;
+    if (b->last_offset > map_latest || first < 0 || first + b->records_count > t->cache_len)
+        return 0;
+    long long n = 0;
+    for (long long i = 0; i < b->records_count; i++) {
+        uint8_t flags = t->cached[first + i];
+        if ((flags & want) != want)
+            return 0;
+        n += (flags & CACHE_TOMBSTONE) != 0;
+    }
+    *tombstones = n;
+    return 1;
+}
+
 static PyObject *
 codec_skip_batches(PyObject *self, PyObject *args)
 {
@@ -2003,6 +2045,15 @@ codec_skip_batches(PyObject *self, PyObject *args)
             break;
         if (b->last_offset + 1 == upper_bound)
             break;
+        long long tombstones;
+        if (all_superseded(t, b, map_latest, &tombstones)) {  /* dropped whole, no lookups */
+            records_read += b->records_count;
+            if (b->attributes & 0x40)        /* as filter_spans counts them: with a horizon */
+                dropped += tombstones;
+            bytes_read += b->size;
+            position += b->size;
+            continue;
+        }
         if (b->records_count > cap) {
             PyMem_Free(spans);
             PyMem_Free(keep);

@@ -8,6 +8,9 @@ every *plain* batch of a read buffer (magic 2, uncompressed, neither transaction
 doing what the Python loop would, and stops at the first other batch, which the Python loop then
 takes. The filter pass also gets a `skip`: batches of the dirty section the map pass saw whole and
 that this pass drops entirely are passed over without being read again (Kafka reads them twice).
+Most of those are decided without a lookup either: when the map pass puts a key that is already
+in the map, it flags the record it replaces as superseded, and a batch whose records are all
+flagged is one the filter pass would drop whole (each record older than its key's latest).
 tests/test_native_cleaner.py checks each call against the Python loop.
 """
 

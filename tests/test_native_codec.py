@@ -109,11 +109,16 @@ def test_engine_reports_the_references_error_for_bad_records():
 
 # ------------------------------------------------------------------------------ decode / validate
 def section(recs, base_offset=0):
-    """(records section, base timestamp) of a producer batch of recs. A batch whose timestamp
-    deltas do not fit a varlong (e.g. -2^62 and 2^62 together) cannot be built: not an example."""
-    assume(all(-(1 << 63) <= r.timestamp - recs[0].timestamp < (1 << 63) for r in recs))
+    """(records section, base timestamp) of a producer batch of recs."""
     batch = RecordBatch(build_batch(recs, base_offset=base_offset))
     return bytes(batch.buffer[RECORDS_OFFSET:]), batch.base_timestamp
+
+
+def drawn_section(recs):
+    """`section` of drawn records (in a hypothesis test): a batch whose timestamp deltas do not
+    fit a varlong (e.g. -2^62 and 2^62 together) cannot be built, so it is not an example."""
+    assume(all(-(1 << 63) <= r.timestamp - recs[0].timestamp < (1 << 63) for r in recs))
+    return section(recs)
 
 
 def compare(name, *args, native_extra=()):
@@ -146,7 +151,7 @@ def compare_validate(data, base_offset, count):
 @given(st.lists(a_record, min_size=1, max_size=20), st.integers(0, 1 << 40),
        st.none() | st.integers(0, 1 << 41), st.sampled_from([NO_SEQUENCE, 0, 7, (1 << 31) - 3]))
 def test_decode_and_validate_well_formed(recs, base_offset, lat, base_seq):
-    data, base_ts = section(recs)
+    data, base_ts = drawn_section(recs)
     compare_decode(data, base_offset, base_ts, lat, base_seq, len(recs))
     compare_validate(data, base_offset, len(recs))
     compare_keys(data, base_offset, len(recs))
@@ -160,7 +165,7 @@ def damaged(draw):
     """A valid records section, then damaged: truncated, bytes changed, bytes inserted, or a
     wrong record count."""
     recs = draw(st.lists(a_record, min_size=1, max_size=6))
-    data, base_ts = section(recs)
+    data, base_ts = drawn_section(recs)
     data = bytearray(data)
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["truncate", "set", "insert", "delete"]))

@@ -226,12 +226,19 @@ def _clean_twice(directory, clock) -> tuple[list[bytes], list]:
     return files, stats
 
 
-def test_native_and_pure_cleanings_write_the_same_bytes(tmp_path):
-    native_files, native_stats = _clean_twice(tmp_path / "native", ManualClock(T + 10_000))
+def _native_same_as_pure_python(cleanings, tmp_path) -> list:
+    """`cleanings(directory, clock)` run with the native codec and in pure Python must write the
+    same bytes and count the same stats; the native run's stats are returned."""
+    native_files, native_stats = cleanings(tmp_path / "native", ManualClock(T + 10_000))
     with native.pure_python():
-        pure_files, pure_stats = _clean_twice(tmp_path / "pure", ManualClock(T + 10_000))
+        pure_files, pure_stats = cleanings(tmp_path / "pure", ManualClock(T + 10_000))
     assert native_files == pure_files
     assert [s.__dict__ for s in native_stats] == [s.__dict__ for s in pure_stats]
+    return native_stats
+
+
+def test_native_and_pure_cleanings_write_the_same_bytes(tmp_path):
+    native_stats = _native_same_as_pure_python(_clean_twice, tmp_path)
     first = native_stats[0]
     assert first.records_written < first.records_read and first.tombstones_marked > 0
     assert native_stats[1].tombstones_dropped > 0 and first.invalid_records > 0
@@ -255,11 +262,7 @@ def _reclean_from_the_start(directory, clock) -> tuple[list[bytes], list]:
 
 
 def test_batches_superseded_whole_are_dropped_and_counted_as_the_reference_does(tmp_path):
-    native_files, native_stats = _reclean_from_the_start(tmp_path / "native", ManualClock(T + 10_000))
-    with native.pure_python():
-        pure_files, pure_stats = _reclean_from_the_start(tmp_path / "pure", ManualClock(T + 10_000))
-    assert native_files == pure_files
-    assert [s.__dict__ for s in native_stats] == [s.__dict__ for s in pure_stats]
+    native_stats = _native_same_as_pure_python(_reclean_from_the_start, tmp_path)
     assert native_stats[1].tombstones_dropped > 0
 
 

@@ -1992,15 +1992,6 @@ find_summary(const OffsetTable *t, int64_t segment, int64_t position)
     return NULL;
 }
 
-/*
- *   skip_batches(table, segment, position, map_latest, now, upper_bound, producers)
- *       -> (position, records read, invalid, tombstones dropped, bytes read)
- *
- * The filter pass's shortcut over the dirty section: from `position` in `segment`, the batches
- * the map pass summarized whose records filter_batches would all drop (decided from the cached
- * digests and flags, as filter_batches decides from the bytes) are passed over without being
- * read. It stops at the first batch it cannot drop so: the cleaner reads from there.
- */
 /* Does every record of the summarized batch have a newer one with its key (CACHE_SUPERSEDED),
  * at or below `map_latest`? Then filter_spans would keep none of them: each is keyed, below the
  * map's latest offset, and older than the map's offset for its key. Its tombstones are counted. */
@@ -2023,6 +2014,15 @@ all_superseded(const OffsetTable *t, const BatchSummary *b, long long map_latest
     return 1;
 }
 
+/*
+ *   skip_batches(table, segment, position, map_latest, now, upper_bound, producers)
+ *       -> (position, records read, invalid, tombstones dropped, bytes read)
+ *
+ * The filter pass's shortcut over the dirty section: from `position` in `segment`, the batches
+ * the map pass summarized whose records filter_batches would all drop (decided from the cached
+ * digests and flags, as filter_batches decides from the bytes) are passed over without being
+ * read. It stops at the first batch it cannot drop so: the cleaner reads from there.
+ */
 static PyObject *
 codec_skip_batches(PyObject *self, PyObject *args)
 {

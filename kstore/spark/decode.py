@@ -315,8 +315,8 @@ class ColumnBuilder:
             return None
         arrow_buf = pa.py_buffer(data)
 
-        # Only the columns asked for are built (column pruning): the walk above, which every
-        # column needs, is cheap; cutting out 100-byte values or computing timestamps is not.
+        # Only the columns asked for are built (column pruning). The walk above is done for
+        # every column (it is also the structural check); what a pruned read saves is below.
         def timestamps() -> pa.Array:
             log_append = np.repeat(np.array([m[3] is not None for m in meta]), counts)
             ts = np.where(log_append,

@@ -643,7 +643,8 @@ def batch_crc_mismatch(buffer, position: int = 0) -> tuple[int, int] | None:
     of kstore's read paths call (a native codec may replace this function)."""
     (length,) = struct.unpack_from(">i", buffer, position + LENGTH_OFFSET)
     (stored,) = struct.unpack_from(">I", buffer, position + CRC_OFFSET)
-    computed = crc32c(bytes(buffer[position + ATTRIBUTES_OFFSET:position + LOG_OVERHEAD + length]))
+    # A memoryview: the CRC is computed in place, without copying the batch first.
+    computed = crc32c(memoryview(buffer)[position + ATTRIBUTES_OFFSET:position + LOG_OVERHEAD + length])
     return None if computed == stored else (stored, computed)
 
 
@@ -653,16 +654,18 @@ def check_batch(buffer, position: int = 0, *, topic: str, partition: int,
     whole batch whose CRC matches. Raises CorruptRecordError naming the topic, partition, base
     offset and (when known) the file and position of the batch."""
     (base_offset, length) = struct.unpack_from(">qi", buffer, position)
+    if length < MIN_BATCH_LENGTH_FIELD or len(buffer) - position < LOG_OVERHEAD + length:
+        cause = (f"the batch length {length} does not fit the {len(buffer) - position} bytes "
+                 f"present")
+    else:
+        mismatch = batch_crc_mismatch(buffer, position)
+        if mismatch is None:
+            return
+        cause = f"Record is corrupt (stored crc = {mismatch[0]}, computed crc = {mismatch[1]})"
     where = f" (file {file}" + (f", position {file_position})" if file_position is not None
                                 else ")") if file else ""
-    prefix = f"Record batch for partition {topic}-{partition} at offset {base_offset}{where} is invalid"
-    if length < MIN_BATCH_LENGTH_FIELD or len(buffer) - position < LOG_OVERHEAD + length:
-        raise CorruptRecordError(f"{prefix}, cause: the batch length {length} does not fit the "
-                                 f"{len(buffer) - position} bytes present")
-    mismatch = batch_crc_mismatch(buffer, position)
-    if mismatch is not None:
-        raise CorruptRecordError(f"{prefix}, cause: Record is corrupt (stored crc = {mismatch[0]}, "
-                                 f"computed crc = {mismatch[1]})")
+    raise CorruptRecordError(f"Record batch for partition {topic}-{partition} at offset "
+                             f"{base_offset}{where} is invalid, cause: {cause}")
 
 
 @dataclass

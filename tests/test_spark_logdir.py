@@ -172,6 +172,89 @@ def test_columnar_varints_decode_every_length_like_the_record_codec(values):
     assert sizes.tolist() == [len(write_varlong(v)) for v in values]
 
 
+_fields_records = st.lists(st.builds(
+    Record, st.none() | st.binary(max_size=20) | st.binary(min_size=120, max_size=300),
+    st.none() | st.binary(max_size=20) | st.binary(min_size=100, max_size=3000),
+    st.integers(T0 - (1 << 40), T0 + (1 << 40)),
+    st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2)),
+    min_size=1, max_size=30)
+
+
+def _section_and_lengths(records):
+    """A records section as build_batch lays it out, and each record's zig-zag length."""
+    import numpy as np
+    from kstore.records import RECORD_BATCH_OVERHEAD
+    from kstore.spark.decode import ColumnBuilder
+    section = bytearray(build_batch(records)[RECORD_BATCH_OVERHEAD:])
+    builder = ColumnBuilder("t", 0)
+    builder._batches = [(len(records), 0, T0, None, None, None)]
+    lengths = []
+    builder._walk(bytes(section), len(records), lengths.append, 0)
+    return builder, section, np.array(lengths, dtype=np.int64)
+
+
+def _native_fields_agree(builder, data: bytes, zz) -> bool:
+    """`record_fields` in C gives the numpy reference's eight columns, or None where the
+    reference raises (and the builder then raises the reference's error). True when C answered."""
+    import numpy as np
+    from kstore import native
+    from kstore.errors import InvalidRecordError
+    try:
+        expected = np.array(builder._fields(np.frombuffer(data, np.uint8), zz))
+    except (InvalidRecordError, IndexError):
+        expected = None
+    found = native.codec.record_fields(data, zz)
+    if found is not None:
+        assert expected is not None
+        assert np.array_equal(np.frombuffer(found, dtype=np.int64).reshape(8, len(zz)), expected)
+    elif expected is None:
+        with pytest.raises((InvalidRecordError, IndexError)):
+            builder._record_fields(np.frombuffer(data, np.uint8), zz)
+    return found is not None
+
+
+def _needs_native_fields():
+    from kstore import native
+    if getattr(native.codec, "record_fields", None) is None:
+        pytest.skip("the native codec is not built: `pip install -e .` with a C compiler")
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=_fields_records,
+       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+       length_change=st.none() | st.tuples(st.integers(0, 29), st.integers(-3, 3)))
+def test_native_record_fields_equal_the_numpy_reference_or_leave_it_to_raise(
+        records, flips, length_change):
+    """`record_fields` in kstore/_codec.c against ColumnBuilder._fields, the numpy reference: on
+    a whole records section the same eight columns; on one with flipped bytes or a wrong record
+    length, either the same columns or None where the reference raises (it then raises)."""
+    _needs_native_fields()
+    builder, section, zz = _section_and_lengths(records)
+    assert _native_fields_agree(builder, bytes(section), zz)
+    for where, byte in flips:
+        section[where % len(section)] = byte
+    if length_change is not None:
+        i, change = length_change
+        zz[i % len(zz)] += 2 * change
+    _native_fields_agree(builder, bytes(section), zz)
+
+
+@pytest.mark.parametrize("value", [None, b"", b"v", b"v" * 200])
+@pytest.mark.parametrize("key", [None, b"", b"k" * 130])
+def test_native_record_fields_at_every_record_boundary(key, value):
+    """Each record of a small section made one byte shorter or longer (and the last one's
+    header count cut off): C and the numpy reference agree on every such boundary."""
+    _needs_native_fields()
+    builder, section, zz = _section_and_lengths(
+        [Record(key, value, T0 + i, [("h", b"x")] if i == 1 else []) for i in range(3)])
+    for i in range(len(zz)):
+        for change in (-1, 1):
+            bent = zz.copy()
+            bent[i] += 2 * change
+            answered = _native_fields_agree(builder, bytes(section), bent)
+            assert not (answered and i == len(zz) - 1 and change == -1)
+
+
 def test_a_pruned_read_range_follows_offsets_without_the_offset_column_selected(mixed):
     backend = LogDirBackend(str(mixed))
     start, end = backend.offset_ranges([("mixed", 0)])[("mixed", 0)]

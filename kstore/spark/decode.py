@@ -162,7 +162,7 @@ class ColumnBuilder:
         self.rows = 0            # rows emitted so far
 
     def _reset(self) -> None:
-        self._payloads: list[bytes] = []
+        self._payloads: list[bytes | memoryview] = []
         self._size = 0
         self._lengths: list[np.ndarray] = []   # per batch: each record's zig-zag length varint
         self._batches: list[tuple] = []     # (count, base offset, base ts, log-append ts, lo, hi)
@@ -197,8 +197,9 @@ class ColumnBuilder:
         if base_offset + last_delta < start or base_offset >= end:
             return 0
         codec = attributes & COMPRESSION_CODEC_MASK
-        raw = buf[pos + RECORD_BATCH_OVERHEAD:pos + size]
-        data = bytes(raw) if codec == 0 else decompress(Compression(codec), raw)
+        raw = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:pos + size]
+        # Uncompressed records stay a view of the read buffer until flush joins them: one copy.
+        data = raw if codec == 0 else decompress(Compression(codec), raw)
         self._lengths.append(self._record_lengths(data, count, base_offset))
         self._payloads.append(data)
         self._size += len(data)
@@ -251,22 +252,24 @@ class ColumnBuilder:
                 f"batch at offset {base_offset} of {self.topic}-{self.partition} declares {count} "
                 f"records, which do not fill its {n} bytes of records exactly")
 
-    # ---- step 2: whole columns
-    def flush(self) -> pa.RecordBatch | None:
-        """The queued records as one Arrow record batch (None when there are none)."""
-        n_all = self._pending
-        if n_all == 0:
-            return None
-        data = b"".join(self._payloads) if len(self._payloads) > 1 else self._payloads[0]
-        try:
-            return self._columns(data)
-        except IndexError:
-            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} runs past the "
-                                     f"end of its batch") from None
+    # ---- step 2: every record's fields
+    FIELDS = ("timestamp delta", "offset delta", "key start", "key length", "value start",
+              "value length", "headers position", "end")
 
-    def _columns(self, data: bytes) -> pa.RecordBatch | None:
-        buf = np.frombuffer(data, dtype=np.uint8)
-        zz = np.concatenate(self._lengths) if len(self._lengths) > 1 else self._lengths[0]
+    def _record_fields(self, buf: np.ndarray, zz: np.ndarray) -> tuple[np.ndarray, ...]:
+        """`_fields` below, in C when the native codec is built (`record_fields` in
+        kstore/_codec.c: one pass over the records); the numpy reference runs where C finds
+        something wrong, to raise its error."""
+        fields = getattr(native.codec, "record_fields", None)
+        if fields is not None:
+            found = fields(buf, zz)
+            if found is not None:
+                return tuple(np.frombuffer(found, dtype=np.int64).reshape(len(self.FIELDS), len(zz)))
+        return self._fields(buf, zz)
+
+    def _fields(self, buf: np.ndarray, zz: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Each record's FIELDS, from the records laid back to back in `buf` and their zig-zag
+        lengths `zz` (from the walk): one numpy pass per field, over all records at once."""
         if (zz & 1).any():
             raise InvalidRecordError(f"a record of {self.topic}-{self.partition} has a negative "
                                      f"length")
@@ -277,8 +280,6 @@ class ColumnBuilder:
         if (length < 6).any():                          # attributes + 4 varints + header count
             raise InvalidRecordError(f"a record of {self.topic}-{self.partition} is shorter than "
                                      f"the smallest possible record")
-        meta = self._batches
-        counts = np.array([m[0] for m in meta], dtype=np.int64)
         pos = starts + 1                                   # skip the attributes byte
         ts_delta, size = _varints(buf, pos)
         pos += size
@@ -294,9 +295,33 @@ class ColumnBuilder:
         pos = pos + np.maximum(value_len, 0)               # the header count is here
         if (pos >= ends).any() or (key_len < -1).any() or (value_len < -1).any():
             bad = int(np.flatnonzero((pos >= ends) | (key_len < -1) | (value_len < -1))[0])
+            meta = self._batches
+            first_offsets = np.repeat([m[1] for m in meta], [m[0] for m in meta])
             raise InvalidRecordError(f"a record of {self.topic}-{self.partition} near offset "
-                                     f"{int(np.repeat([m[1] for m in meta], counts)[bad])} has "
-                                     f"field sizes that run past its end")
+                                     f"{int(first_offsets[bad])} has field sizes that run past "
+                                     f"its end")
+        return ts_delta, offset_delta, key_start, key_len, value_start, value_len, pos, ends
+
+    # ---- step 3: whole columns
+    def flush(self) -> pa.RecordBatch | None:
+        """The queued records as one Arrow record batch (None when there are none)."""
+        n_all = self._pending
+        if n_all == 0:
+            return None
+        data = b"".join(self._payloads)     # bytes (a lone compressed payload is not copied)
+        try:
+            return self._columns(data)
+        except IndexError:
+            raise InvalidRecordError(f"a record of {self.topic}-{self.partition} runs past the "
+                                     f"end of its batch") from None
+
+    def _columns(self, data: bytes) -> pa.RecordBatch | None:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        zz = np.concatenate(self._lengths) if len(self._lengths) > 1 else self._lengths[0]
+        (ts_delta, offset_delta, key_start, key_len, value_start, value_len, pos,
+         ends) = self._record_fields(buf, zz)
+        meta = self._batches
+        counts = np.array([m[0] for m in meta], dtype=np.int64)
         offsets = np.repeat(np.array([m[1] for m in meta], dtype=np.int64), counts) + offset_delta
         keep = None
         if any(m[4] is not None for m in meta):
@@ -315,8 +340,9 @@ class ColumnBuilder:
             return None
         arrow_buf = pa.py_buffer(data)
 
-        # Only the columns asked for are built (column pruning). The walk above is done for
-        # every column (it is also the structural check); what a pruned read saves is below.
+        # Only the columns asked for are built (column pruning). The walk and the fields pass
+        # above run for every column (they are also the structural check); a pruned read saves
+        # what is below.
         def timestamps() -> pa.Array:
             log_append = np.repeat(np.array([m[3] is not None for m in meta]), counts)
             ts = np.where(log_append,

@@ -13,6 +13,8 @@ directory fsynced, so a crash leaves either the old file or the new one, never h
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 from typing import Iterable
@@ -48,6 +50,20 @@ def atomic_write(path: str, text: str) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def file_lock(path: str):
+    """Hold an exclusive lock on the file `path` (created if missing) for the `with` block, so
+    the processes sharing a file serialize their read-change-write of it. An flock: the kernel
+    drops it if the process dies, so a killed writer never leaves it held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def format_checkpoint(entries: Iterable[tuple]) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import os
 import threading
@@ -29,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from .checkpoint import atomic_write
+from .checkpoint import atomic_write, file_lock
 
 METADATA_FILE = "kstore-cluster-metadata.json"
 
@@ -82,16 +81,13 @@ class MetadataStore:
                 finally:
                     self._depth -= 1
                 return
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                self._depth = 1
-                self._refresh()
-                yield self
-            finally:
-                self._depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+            with file_lock(self.path + ".lock"):
+                try:
+                    self._depth = 1
+                    self._refresh()
+                    yield self
+                finally:
+                    self._depth = 0
 
     def get(self, path: str, default: Any = None) -> Any:
         self._refresh()

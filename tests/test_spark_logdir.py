@@ -799,6 +799,36 @@ def test_a_retried_task_fences_its_earlier_attempt_and_the_driver_commits_once(t
     assert sorted(everything) == [b"a", b"a", b"b", b"b", b"c", b"c"]   # aborted rows stay stored
 
 
+def _record_batches(writer, sink_id: str, batches: int) -> list[str]:
+    """A query's driver recording `batches` committed batches in the sink's record, checking
+    before each that its previous one is still there. Returns what it found missing."""
+    lost = []
+    for batch_id in range(batches):
+        seen = writer._load_marks().get(sink_id, {}).get("batch_id", -1)
+        if seen != batch_id - 1:
+            lost.append(f"{sink_id}: batch {batch_id - 1} recorded, found {seen}")
+        writer._save_mark(sink_id, {"batch_id": batch_id, "state": "committed"})
+    return lost
+
+
+def test_queries_sharing_the_record_of_committed_batches_never_lose_each_other_s(txn_server,
+                                                                                 tmp_path):
+    """Two drivers whose queries record their batches in one file (one kstore.stagingDir, no
+    checkpointLocation) update it at the same time: neither's record overwrites the other's."""
+    import multiprocessing
+    from kstore.spark.sink import KStoreStreamWriter
+    from pyspark.sql.types import BinaryType, StructField, StructType
+    _broker, servers = txn_server
+    options = {"kafka.bootstrap.servers": servers, "topic": "t",
+               "kstore.stagingDir": str(tmp_path / "staging")}
+    writer = KStoreStreamWriter(options, StructType([StructField("value", BinaryType())]), False)
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        lost = pool.starmap(_record_batches, [(writer, f"query-{q}", 150) for q in range(3)])
+    assert lost == [[], [], []]
+    marks = writer._load_marks()
+    assert {q: m["batch_id"] for q, m in marks.items()} == {f"query-{q}": 149 for q in range(3)}
+
+
 def test_a_killed_driver_s_half_done_commit_is_finished_by_the_restarted_query(txn_server, tmp_path):
     """The driver records the transactions it is committing before the first EndTxn. Killed
     after committing task 0 only, the restarted query's writer commits task 1 on start, and the

@@ -272,11 +272,15 @@ class _Writer:
         path = self._marker_path()
         if path is None:
             return
-        from ..checkpoint import atomic_write
+        from ..checkpoint import atomic_write, file_lock
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        state = self._load_marks()
-        state[sink_id] = dict(entry, time=int(time.time() * 1000))
-        atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+        # Several queries may record their batches in one file (through one served log dir,
+        # without a checkpointLocation): each reads, changes and replaces it under a lock, or
+        # one query's record could overwrite another's with what it read before.
+        with file_lock(path + ".lock"):
+            state = self._load_marks()
+            state[sink_id] = dict(entry, time=int(time.time() * 1000))
+            atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
     def _recover(self) -> dict[str, "Recovered"]:
         """Per sink id (a query id, or kstore.sinkId) in the record of committed batches: what is

@@ -181,6 +181,42 @@ def test_network_backend_honours_the_isolation_level(served_txlog, committed):
         _check_both_partitions(backend, info, committed)
 
 
+def test_a_damaged_aborted_batch_is_reported_not_silently_dropped(txlog, tmp_path):
+    """read_committed drops an aborted transaction's batches, but Kafka's consumer checks every
+    fetched batch's CRC before it drops one: a flipped byte in aborted records raises
+    CorruptRecordError in both modes, as it does read_uncommitted; kafka.check.crcs=false
+    reads on, the aborted records still dropped."""
+    import shutil
+    from kstore.errors import CorruptRecordError
+    d, info = txlog
+    copy = tmp_path / "damaged"
+    shutil.copytree(d, copy)
+    damaged = [f for f in copy.glob(f"{TOPIC}-0/*.log") if b"a12b" in f.read_bytes()]
+    assert len(damaged) == 1
+    data = bytearray(damaged[0].read_bytes())
+    data[data.index(b"a12b") + 3] ^= 0x01                # an aborted value: a12b -> a12c
+    damaged[0].write_bytes(bytes(data))
+
+    def values(location, check_crcs=True):
+        with location.open() as backend:
+            _s, latest = backend.offset_ranges([(TOPIC, 0)])[(TOPIC, 0)]
+            return [v.decode() for b in backend.read_arrow(TOPIC, 0, 0, latest, False,
+                                                          check_crcs=check_crcs)
+                    for v in b.column("value").to_pylist()]
+
+    proc, servers = serve_log_dir(copy, ROOT)
+    try:
+        for where in ({"log_dir": str(copy)}, {"bootstrap_servers": servers}):
+            for committed in (True, False):
+                with pytest.raises(CorruptRecordError, match=f"{TOPIC}-0 at offset .* is invalid"):
+                    values(Location(read_committed=committed, **where))
+            assert values(Location(read_committed=True, **where), check_crcs=False) == \
+                info[0]["committed_below_lso"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 # ---------------------------------------------------------------------------------------------
 # in Spark
 # ---------------------------------------------------------------------------------------------

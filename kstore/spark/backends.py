@@ -176,10 +176,14 @@ class NetworkBackend(Backend):
                 if base >= end:
                     offset = end
                     break
-                if last >= offset and (kept is None or pos in kept):
-                    builder.add_batch(records, pos, offset, end)
-                    if builder.full():
-                        yield builder.flush()
+                if last < offset:
+                    continue
+                if kept is not None and pos not in kept:
+                    builder.drop_batch(records, pos)
+                    continue
+                builder.add_batch(records, pos, offset, end)
+                if builder.full():
+                    yield builder.flush()
             else:
                 offset = spans[-1][2] + 1
         batch = builder.flush()

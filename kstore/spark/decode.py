@@ -210,6 +210,15 @@ class ColumnBuilder:
         self._pending += count
         return count
 
+    def drop_batch(self, buf, pos: int, file: str | None = None,
+                   file_position: int | None = None) -> None:
+        """A batch the reader drops unread (read_committed: an aborted transaction's) is still
+        CRC-checked first, as Kafka's consumer checks every batch it fetched before it skips
+        the aborted ones."""
+        if self.check_crcs:
+            check_batch(buf, pos, topic=self.topic, partition=self.partition, file=file,
+                        file_position=file_position)
+
     def _record_lengths(self, data: bytes, count: int, base_offset: int) -> np.ndarray:
         """The walk below, in C when the native codec is built (`record_lengths` in
         kstore/_codec.c); the Python walk runs where C finds something wrong, to raise its error."""

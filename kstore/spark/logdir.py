@@ -296,7 +296,11 @@ class PartitionReader:
                                 columns=columns,
                                 **({"rows_per_batch": rows_per_batch} if rows_per_batch else {}))
         for buf, positions, path, chunk_position in self.chunks(start, end):
-            for pos in (positions if select is None else select(buf, positions)):
+            kept = None if select is None else set(select(buf, positions))
+            for pos in positions:
+                if kept is not None and pos not in kept:
+                    builder.drop_batch(buf, pos, file=path, file_position=chunk_position + pos)
+                    continue
                 builder.add_batch(buf, pos, start, end, file=path,
                                   file_position=chunk_position + pos)
                 if builder.full():

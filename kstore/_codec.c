@@ -663,6 +663,17 @@ done:
 /* record_lengths (issue 20, the Spark source's decoder: kstore/spark/decode.py ColumnBuilder._walk) */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The bytes object a walk filled, or None (and the object freed) where the walk found something
+ * the reference raises on. */
+static PyObject *
+filled_or_none(int ok, PyObject *out)
+{
+    if (ok)
+        return out;
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 /* The zig-zag length varint of each of `records_count` records laid back to back in `data`, as
  * native int64s in a bytes object (numpy reads it with frombuffer): the one step of the columnar
  * decoder that must go record by record. None where the Python walk would raise or where a
@@ -703,10 +714,7 @@ codec_record_lengths(PyObject *self, PyObject *args)
     if (pos != len)
         ok = 0;
     Py_END_ALLOW_THREADS
-    if (!ok) {
-        Py_DECREF(out);
-        out = Py_NewRef(Py_None);
-    }
+    out = filled_or_none(ok, out);
 done:
     PyBuffer_Release(&data);
     return out;
@@ -718,18 +726,6 @@ done:
 
 #define RECORD_FIELDS 8   /* ColumnBuilder.FIELDS: ts delta, offset delta, key start/length,
                              value start/length, headers position, end */
-
-/* A zig-zag varint of up to 10 bytes inside the record (`end` bounds it), as the reference's
- * whole-column `_varints` decodes every field: 0, or -1 where it runs past the record. */
-static inline int
-record_field(const uint8_t *d, Py_ssize_t end, Py_ssize_t *q, int64_t *out)
-{
-    uint64_t z;
-    if (read_unsigned(d, end, q, MAX_VARLONG_BYTES, &z) < 0)
-        return -1;
-    *out = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
-    return 0;
-}
 
 /* The fields of records laid back to back in `data`, given each record's zig-zag length (from
  * record_lengths), as 8 rows of n native int64s in a bytes object (numpy reshapes it). One pass
@@ -768,14 +764,16 @@ codec_record_fields(PyObject *self, PyObject *args)
             break;                                   /* too short, or past the data */
         Py_ssize_t start = end + size;
         end = start + (Py_ssize_t)length;
+        /* Every field is read as a varlong bounded by the record's end: the reference's
+         * whole-column `_varints` decodes each one the same way, up to 10 bytes. */
         Py_ssize_t q = start + 1;                    /* skip the attributes byte */
-        if (record_field(d, end, &q, &ts) < 0 || record_field(d, end, &q, &delta) < 0
-                || record_field(d, end, &q, &key_len) < 0 || key_len < -1
+        if (read_varlong(d, end, &q, &ts) < 0 || read_varlong(d, end, &q, &delta) < 0
+                || read_varlong(d, end, &q, &key_len) < 0 || key_len < -1
                 || (key_len > 0 && key_len > end - q))
             break;
         Py_ssize_t key_start = q;
         q += key_len > 0 ? key_len : 0;
-        if (record_field(d, end, &q, &value_len) < 0 || value_len < -1
+        if (read_varlong(d, end, &q, &value_len) < 0 || value_len < -1
                 || (value_len > 0 && value_len >= end - q))
             break;                                   /* the header count must follow it */
         Py_ssize_t value_start = q;
@@ -793,10 +791,7 @@ codec_record_fields(PyObject *self, PyObject *args)
         ok = 1;
     }
     Py_END_ALLOW_THREADS
-    if (!ok) {
-        Py_DECREF(out);
-        out = Py_NewRef(Py_None);
-    }
+    out = filled_or_none(ok, out);
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&zz);

@@ -335,8 +335,18 @@ class Broker:
         """Set per-topic overrides (IncrementalAlterConfigs SET); applies to the open logs."""
         with self._lock:
             self._topic_node(name)
-            merged = {**self.metadata.topic_config(name), **configs}
+            return self.replace_topic_config(name, {**self.metadata.topic_config(name), **configs})
+
+    def replace_topic_config(self, name: str, overrides: dict, *,
+                             validate_only: bool = False) -> TopicInfo | None:
+        """Make `overrides` the topic's whole set of overrides (AlterConfigs; a config left out
+        goes back to the broker default); validated first, applied to the open logs."""
+        with self._lock:
+            self._topic_node(name)
+            merged = dict(overrides)
             new_config = self.logs.default_config.with_overrides(merged)   # validates
+            if validate_only:
+                return None
             self.metadata.set(f"/config/topics/{name}", {"version": 1, "config": merged})
             self.logs.topic_configs[name] = merged
             for (t, p), log in self.logs.logs().items():

@@ -13,7 +13,8 @@ Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
   `zero_copy=False` reads them into memory and sends them (the copy path chapter 11 compares).
   A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
 The wire structs come from the schema-driven codec in `kstore.protocol`; the admin requests
-(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`, the
+(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`
+(DeleteRecords, AlterConfigs, IncrementalAlterConfigs in `kstore.admin_change_apis`), the
 consumer group requests (JoinGroup, SyncGroup, Heartbeat, ...) in `kstore.group_apis`.
 """
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 from . import protocol as P
 from .admin_apis import AdminApis
+from .admin_change_apis import AdminChangeApis
 from .broker import Broker, normalize_acks
 from .connection_quotas import ConnectionQuotas, TooManyConnectionsError
 from .errors import (CorruptRecordError, error_code, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
@@ -64,7 +66,7 @@ class ServerStats:
     accept_errors: int = 0             # accept() out of descriptors / memory
 
 
-class KafkaServer(AdminApis, GroupApis, TransactionApis):
+class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
     fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
@@ -403,6 +405,8 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 API["CreateTopics"]: self._create_topics,
                 API["CreatePartitions"]: self._create_partitions,
                 API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
+                API["DeleteRecords"]: self._delete_records, API["AlterConfigs"]: self._alter_configs,
+                API["IncrementalAlterConfigs"]: self._incremental_alter_configs,
                 **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs

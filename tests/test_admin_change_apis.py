@@ -1,0 +1,194 @@
+"""DeleteRecords, AlterConfigs and IncrementalAlterConfigs against a `kstore serve` process, driven
+by the two admin clients a Kafka developer reaches for, unmodified and in their default modes:
+confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient. Before kstore
+answered these requests both clients refused to send them ("not supported by broker").
+
+Every answer is checked against what the clients then see (watermarks, the first record a consumer
+gets, DescribeConfigs) and against the broker's files after a crash and a restart."""
+
+from __future__ import annotations
+
+import time
+
+import confluent_kafka as ck
+import kafka.errors
+import pytest
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                   OffsetSpec)
+from kafka import TopicPartition as KPTopicPartition
+from kafka.admin import ConfigResource as KPConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+from test_clients import serve_processes  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.timeout(90)
+
+# Small segments, so that deleted records leave whole segments for retention to remove; the
+# retention task runs often, so that its removal is seen within the test.
+OVERRIDES = ("log.segment.bytes=1024", "log.retention.check.interval.ms=200",
+             "log.initial.task.delay.ms=0")
+
+
+def outcomes(futures: dict, timeout: float = 15) -> dict:
+    """key -> the result (low watermark for DeleteRecords, None for configs) or the error name."""
+    out = {}
+    for key, future in futures.items():
+        try:
+            result = future.result(timeout)
+            out[key] = getattr(result, "low_watermark", result)
+        except ck.KafkaException as e:
+            out[key] = e.args[0].name()
+    return out
+
+
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+    """Batches of at most 5 records, well under the 1 KiB segments."""
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 5})
+    errors = []
+    for i in range(per_partition):
+        for p in range(partitions):
+            producer.produce(topic, key=b"k%d" % i, value=b"value-%03d-" % i + b"x" * 100, partition=p,
+                             on_delivery=lambda err, msg: err and errors.append(err))
+        producer.poll(0)
+    assert producer.flush(15) == 0 and errors == []
+
+
+def first_offset_read(bootstrap: str, topic: str, partition: int) -> int:
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                return m.offset()
+        raise AssertionError(f"no record from {topic}-{partition}")
+    finally:
+        consumer.close()
+
+
+def test_delete_records_moves_the_low_watermark_for_both_clients_and_survives_a_crash(
+        tmp_path, serve_processes):
+    sp = serve_processes(tmp_path / "logs", *OVERRIDES)
+    admin = AdminClient({"bootstrap.servers": sp.bootstrap})
+    assert outcomes(admin.create_topics([NewTopic("events", 2, 1), NewTopic(
+        "table", 1, 1, config={"cleanup.policy": "compact"})])) == {"events": None, "table": None}
+    produce(sp.bootstrap, "events", 2, 40)
+    produce(sp.bootstrap, "table", 1, 3)
+
+    TP = ck.TopicPartition
+    got = outcomes(admin.delete_records([TP("events", 0, 25), TP("events", 1, -1)]))
+    assert [got[k] for k in sorted(got, key=lambda tp: tp.partition)] == [25, 40]   # -1: the HW
+    refused = outcomes(admin.delete_records([TP("events", 0, 41), TP("table", 0, 1), TP("missing", 0, 1)]))
+    assert {tp.topic: error for tp, error in refused.items()} == {
+        "events": "OFFSET_OUT_OF_RANGE",            # above the high watermark
+        "table": "POLICY_VIOLATION",                # a compacted topic
+        "missing": "UNKNOWN_TOPIC_OR_PART"}
+    assert list(outcomes(admin.delete_records([TP("events", 0, 10)])).values()) == [25]   # lower: kept
+
+    consumer = ck.Consumer({"bootstrap.servers": sp.bootstrap, "group.id": "w"})
+    assert consumer.get_watermark_offsets(TP("events", 0), 10) == (25, 40)
+    assert consumer.get_watermark_offsets(TP("events", 1), 10) == (40, 40)
+    consumer.close()
+    earliest = admin.list_offsets({TP("events", 0): OffsetSpec.earliest()})
+    assert [f.result(10).offset for f in earliest.values()] == [25]
+    assert first_offset_read(sp.bootstrap, "events", 0) == 25
+
+    kp_admin = KafkaAdminClient(bootstrap_servers=sp.bootstrap, request_timeout_ms=10000)
+    try:
+        answer = kp_admin.delete_records({KPTopicPartition("events", 0): 30})
+        assert answer[KPTopicPartition("events", 0)]["low_watermark"] == 30
+        with pytest.raises(kafka.errors.PolicyViolationError):
+            kp_admin.delete_records({KPTopicPartition("table", 0): 1})
+    finally:
+        kp_admin.close()
+
+    # Retention removes the segments wholly below the low watermark (Kafka's
+    # deleteLogStartOffsetBreachedSegments); the segment holding offset 30 stays.
+    partition_dir = sp.log_dir / "events-0"
+    deadline = time.monotonic() + 10
+    while min(int(f.stem) for f in partition_dir.glob("*.log")) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bases = sorted(int(f.stem) for f in partition_dir.glob("*.log"))
+    assert 0 < bases[0] <= 30, bases
+
+    sp.kill()                                    # no clean shutdown: the checkpoint must be there
+    sp.start(sp.port)
+    assert first_offset_read(sp.bootstrap, "events", 0) == 30
+
+
+def describe(admin: AdminClient, topic: str) -> dict:
+    [future] = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    return {name: (entry.value, entry.source) for name, entry in future.result(10).items()}
+
+
+DYNAMIC = ck.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+DEFAULT = ck.admin.ConfigSource.DEFAULT_CONFIG.value
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_incremental_and_legacy_alter_configs_with_both_clients(tmp_path, serve_processes):
+    sp = serve_processes(tmp_path / "logs")
+    admin = AdminClient({"bootstrap.servers": sp.bootstrap})
+    assert outcomes(admin.create_topics([NewTopic("orders", 1, 1, config={"segment.ms": "3600000"})])) \
+        == {"orders": None}
+
+    def incremental(*entries, topic="orders", kind="topic", validate_only=False):
+        changes = [ConfigEntry(name, value, incremental_operation=op) for name, value, op in entries]
+        return list(outcomes(admin.incremental_alter_configs(
+            [ConfigResource(kind, topic, incremental_configs=changes)],
+            validate_only=validate_only)).values())[0]
+
+    SET, DELETE, APPEND, SUBTRACT = (AlterConfigOpType.SET, AlterConfigOpType.DELETE,
+                                     AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT)
+    assert incremental(("retention.ms", "7200000", SET), ("cleanup.policy", "compact", APPEND)) is None
+    configs = describe(admin, "orders")
+    assert configs["retention.ms"] == ("7200000", DYNAMIC)
+    assert configs["cleanup.policy"] == ("delete,compact", DYNAMIC)     # appended to the default
+    assert configs["segment.ms"] == ("3600000", DYNAMIC)                # untouched
+    assert incremental(("cleanup.policy", "delete", SUBTRACT), ("retention.ms", None, DELETE)) is None
+    configs = describe(admin, "orders")
+    assert configs["cleanup.policy"] == ("compact", DYNAMIC)
+    assert configs["retention.ms"] == ("604800000", DEFAULT)
+
+    # Refusals change nothing: a bad value, APPEND to a non-list config, an unknown config, an
+    # unknown topic, a broker config (static in kstore), validate_only.
+    before = describe(admin, "orders")
+    assert incremental(("retention.ms", "soon", SET)) == "INVALID_CONFIG"
+    assert incremental(("retention.ms", "1", APPEND)) == "INVALID_CONFIG"
+    assert incremental(("no.such.config", "1", SET)) == "INVALID_CONFIG"
+    assert incremental(("retention.ms", "1", SET), topic="missing") == "UNKNOWN_TOPIC_OR_PART"
+    assert incremental(("log.retention.ms", "1", SET), topic="0", kind="broker") == "INVALID_REQUEST"
+    assert incremental(("retention.ms", "1000", SET), validate_only=True) is None
+    assert describe(admin, "orders") == before
+
+    # AlterConfigs (the legacy request) replaces the whole set: what is not named goes back to
+    # its default.
+    [legacy] = admin.alter_configs([ConfigResource("topic", "orders",
+                                                   set_config={"retention.bytes": "1048576"})]).values()
+    assert legacy.result(10) is None
+    configs = describe(admin, "orders")
+    assert configs["retention.bytes"] == ("1048576", DYNAMIC)
+    assert configs["cleanup.policy"] == ("delete", DEFAULT) and configs["segment.ms"][1] == DEFAULT
+
+    # kafka-python's alter_configs sends IncrementalAlterConfigs to a broker that has it.
+    kp_admin = KafkaAdminClient(bootstrap_servers=sp.bootstrap, request_timeout_ms=10000)
+    try:
+        assert kp_admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, "orders",
+                                                        configs={"retention.ms": "5000"})]) \
+            == {"topic": {"orders": "OK"}}
+        refused = kp_admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, "orders",
+                                                           configs={"retention.ms": "x"})])
+        assert refused["topic"]["orders"].startswith("[Error 40] InvalidConfigurationError")
+    finally:
+        kp_admin.close()
+    configs = describe(admin, "orders")
+    assert configs["retention.ms"] == ("5000", DYNAMIC)
+    assert configs["retention.bytes"] == ("1048576", DYNAMIC)     # incremental: the rest kept
+
+    # Kept across a restart.
+    sp.stop()
+    sp.start(sp.port)
+    assert describe(AdminClient({"bootstrap.servers": sp.bootstrap}), "orders")["retention.ms"] == (
+        "5000", DYNAMIC)

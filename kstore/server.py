@@ -68,6 +68,7 @@ class ServerStats:
 
 class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
     fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
+    on_listening = None   # called with the bound port once the server accepts connections
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int | None = None,
@@ -141,6 +142,8 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         timers = asyncio.create_task(self._timers())
         accept = asyncio.create_task(self._accept_loop())
         self._ready.set()
+        if self.on_listening is not None:   # the real port, also when asked for port 0
+            self.on_listening(self.port)
         await self._stop_event.wait()
         accept.cancel()
         timers.cancel()
@@ -801,8 +804,9 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
     broker.logs.start_retention()
     broker.logs.start_producer_expiration()
     broker.logs.start_cleaner()
-    print(f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
-          f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
+    server.on_listening = lambda bound: print(
+        f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
+        f"{host}:{bound} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
     try:
         asyncio.run(server.serve())
         if server._startup_error is not None:

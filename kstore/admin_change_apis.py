@@ -1,13 +1,14 @@
-"""The admin requests that change what a topic holds or how it is configured: DeleteRecords,
-AlterConfigs and IncrementalAlterConfigs — what `AdminClient.delete_records()`,
-`alter_configs()` / `incremental_alter_configs()`, `kafka-delete-records.sh` and
-`kafka-configs.sh --alter` send. In Kafka, `KafkaApis` hands them to `ReplicaManager.deleteRecords`
+"""The admin requests that delete topics or records or change configs: DeleteTopics, DeleteRecords,
+AlterConfigs and IncrementalAlterConfigs — what `AdminClient.delete_topics()`, `delete_records()`,
+`alter_configs()` / `incremental_alter_configs()`, `kafka-topics.sh --delete`,
+`kafka-delete-records.sh` and `kafka-configs.sh --alter` send. In Kafka, `KafkaApis` hands them to `ReplicaManager.deleteRecords`
 (`Partition.deleteRecordsOnLeader`) and to `ConfigAdminManager` / the controller.
 
 A mixin of `kstore.server.KafkaServer`, like `kstore.admin_apis`: each partition or resource is
 answered on its own, so one bad entry never fails the others.
 
-Where kstore differs: broker configs are static (set with `kstore serve --override`), so altering a
+Where kstore differs: topics are deleted by a single broker only (`Broker.delete_topic`), at once
+(Kafka renames the directories and removes them `file.delete.delay.ms` later); broker configs are static (set with `kstore serve --override`), so altering a
 broker resource is refused with INVALID_REQUEST; and DeleteRecords answers as soon as the leader
 moved its log start offset (Kafka waits, up to the request's timeout, until every live follower
 moved its own; kstore's followers move theirs on their next fetch).
@@ -91,6 +92,21 @@ def incremental_overrides(current: dict, changes: list[dict], defaults) -> dict:
 
 class AdminChangeApis:
     """Needs `self.broker` (a `kstore.broker.Broker`)."""
+
+    # ------------------------------------------------------------------ DeleteTopics
+    async def _delete_topics(self, version, body, header) -> dict:
+        counts = Counter(body["topic_names"])
+        responses = []
+        for name in body["topic_names"]:   # (v1-3 answers carry no error message)
+            entry = {"name": name, "error_code": 0}
+            try:
+                if counts[name] > 1:
+                    raise InvalidRequestError("Duplicate topic name.")
+                self.broker.delete_topic(name)
+            except KStoreError as e:
+                entry["error_code"] = error_code(e)
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
 
     # ------------------------------------------------------------------ DeleteRecords
     async def _delete_records(self, version, body, header) -> dict:

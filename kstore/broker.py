@@ -357,6 +357,30 @@ class Broker:
                         part.min_insync_replicas = new_config.min_insync_replicas
             return self.describe_topic(name)
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic (DeleteTopics): its metadata and configs, every partition's log
+        directory, and the groups' committed offsets for it. Kafka's internal topics are refused;
+        so is a broker of a multi-broker cluster (kstore deletes topics on a single broker: the
+        other brokers would keep their replicas)."""
+        from .errors import InvalidRequestError
+        with self._lock:
+            node = self._topic_node(name)
+            if name in INTERNAL_TOPICS:
+                raise InvalidRequestError(f"the internal topic {name} can not be deleted")
+            if self.controller is None or len(self.metadata.children("/brokers/ids")) > 1:
+                raise InvalidRequestError("kstore deletes topics on a single broker only, not in a "
+                                          "cluster of several brokers")
+            self.metadata.delete(f"/brokers/topics/{name}")
+            self.metadata.delete(f"/config/topics/{name}")
+            self.logs.topic_configs.pop(name, None)
+            for p in sorted(int(k) for k in node["partitions"]):
+                self.replica_manager.partitions.pop((name, p), None)
+                self.logs.async_delete(name, p)
+            self.replica_manager.check_purgatory()   # waiting produces end (not leader any more)
+            if self._coordinator is not None:
+                self._coordinator.remove_offsets_of(name)
+            self.events.emit("topic_deleted", self.log_dir, topic=name)
+
     def _topic_node(self, name: str) -> dict:
         node = self.metadata.topic(name)
         if node is None:

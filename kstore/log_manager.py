@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
+import uuid
 
 from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
@@ -131,6 +133,19 @@ class LogManager:
             log.producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
             self._logs[(topic, partition)] = log
             return log
+
+    def async_delete(self, topic: str, partition: int) -> None:
+        """Remove a partition's log (Kafka's LogManager.asyncDelete, for a deleted topic): closed,
+        its directory renamed to `<topic>-<partition>.<id>-delete` at once (a restart skips such
+        directories), then removed. Kafka removes it `file.delete.delay.ms` later; kstore at once."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return
+        log.close(flush=False)
+        doomed = f"{log.dir}.{uuid.uuid4().hex}-delete"
+        os.rename(log.dir, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def logs(self) -> dict[tuple[str, int], Log]:
         return dict(self._logs)

@@ -14,7 +14,7 @@ Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
   A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
 The wire structs come from the schema-driven codec in `kstore.protocol`; the admin requests
 (CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`
-(DeleteRecords, AlterConfigs, IncrementalAlterConfigs in `kstore.admin_change_apis`), the
+(DeleteTopics, DeleteRecords, AlterConfigs, IncrementalAlterConfigs in `kstore.admin_change_apis`), the
 consumer group requests (JoinGroup, SyncGroup, Heartbeat, ...) in `kstore.group_apis`.
 """
 
@@ -410,6 +410,7 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
                 API["DeleteRecords"]: self._delete_records, API["AlterConfigs"]: self._alter_configs,
                 API["IncrementalAlterConfigs"]: self._incremental_alter_configs,
+                API["DeleteTopics"]: self._delete_topics,
                 **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs

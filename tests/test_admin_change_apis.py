@@ -192,3 +192,44 @@ def test_incremental_and_legacy_alter_configs_with_both_clients(tmp_path, serve_
     sp.start(sp.port)
     assert describe(AdminClient({"bootstrap.servers": sp.bootstrap}), "orders")["retention.ms"] == (
         "5000", DYNAMIC)
+
+
+def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_path, serve_processes):
+    sp = serve_processes(tmp_path / "logs")
+    admin = AdminClient({"bootstrap.servers": sp.bootstrap})
+    assert outcomes(admin.create_topics([NewTopic("old", 2, 1), NewTopic("other", 1, 1)])) == {
+        "old": None, "other": None}
+    produce(sp.bootstrap, "old", 2, 5)
+    consumer = ck.Consumer({"bootstrap.servers": sp.bootstrap, "group.id": "readers",
+                            "enable.auto.commit": False})
+    consumer.commit(offsets=[ck.TopicPartition("old", 0, 5), ck.TopicPartition("old", 1, 3),
+                             ck.TopicPartition("other", 0, 0)], asynchronous=False)
+    consumer.close()
+
+    got = outcomes(admin.delete_topics(["old", "missing", "__consumer_offsets"], operation_timeout=10))
+    assert got == {"old": None, "missing": "UNKNOWN_TOPIC_OR_PART", "__consumer_offsets": "INVALID_REQUEST"}
+    assert not [d.name for d in sp.log_dir.iterdir() if d.name.startswith("old-")]   # nor "-delete"
+    assert "old" not in admin.list_topics(timeout=10).topics
+    [offsets] = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions("readers")]).values()
+    assert [(tp.topic, tp.offset) for tp in offsets.result(10).topic_partitions] == [("other", 0)]
+
+    # The name can be used again, and holds only what is written after the deletion.
+    assert outcomes(admin.create_topics([NewTopic("old", 1, 1)])) == {"old": None}
+    produce(sp.bootstrap, "old", 1, 1)
+    assert first_offset_read(sp.bootstrap, "old", 0) == 0
+    consumer = ck.Consumer({"bootstrap.servers": sp.bootstrap, "group.id": "w"})
+    assert consumer.get_watermark_offsets(ck.TopicPartition("old", 0), 10) == (0, 1)
+    consumer.close()
+
+    kp_admin = KafkaAdminClient(bootstrap_servers=sp.bootstrap, request_timeout_ms=10000)
+    try:
+        kp_admin.delete_topics(["other"])
+        with pytest.raises(kafka.errors.UnknownTopicOrPartitionError):
+            kp_admin.delete_topics(["other"])
+    finally:
+        kp_admin.close()
+
+    sp.stop()
+    sp.start(sp.port)
+    topics = AdminClient({"bootstrap.servers": sp.bootstrap}).list_topics(timeout=10).topics
+    assert "other" not in topics and len(topics["old"].partitions) == 1

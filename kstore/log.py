@@ -44,6 +44,7 @@ from . import retention
 from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
 from .scheduler import Scheduler
+from .timestamp_validator import check_timestamps
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, FetchDataInfo,
                       LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset, segment_paths)
 
@@ -444,6 +445,8 @@ class Log:
             # The leader validates the records' structure (count, lengths, varints, headers,
             # consecutive offsets); a follower only the CRC, as Kafka's appendAsFollower does.
             null_key = batch.validate_records()[1] if from_client else False
+            if from_client:
+                check_timestamps(batch, self.config, self.clock.milliseconds())
             if self.config.compact and not batch.is_control and null_key:
                 raise InvalidRecordError(
                     f"compacted topic cannot accept message without key in topic partition "

@@ -12,9 +12,12 @@ import sys
 import time
 
 import confluent_kafka as ck
+import kafka.errors
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka import KafkaProducer
 
-from test_clients import ROOT
+from test_clients import ROOT, serve_processes  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,3 +43,46 @@ def test_serve_on_port_0_prints_the_port_it_listens_on(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_a_topic_timestamp_window_refuses_records_outside_it(tmp_path, serve_processes):
+    """message.timestamp.before.max.ms / after.max.ms (Kafka 3.6+) were unknown configs
+    (INVALID_CONFIG at topic creation). Now a CreateTime record outside the window fails its batch
+    with INVALID_TIMESTAMP for both producers, and the broker-wide default applies to every topic."""
+    sp = serve_processes(tmp_path / "logs", "log.message.timestamp.after.max.ms=60000")
+    admin = AdminClient({"bootstrap.servers": sp.bootstrap})
+    [created] = admin.create_topics([NewTopic("readings", 1, 1, config={
+        "message.timestamp.before.max.ms": "3600000"})]).values()
+    assert created.result(10) is None
+    [described] = admin.describe_configs([ConfigResource("topic", "readings")]).values()
+    configs = described.result(10)
+    assert configs["message.timestamp.before.max.ms"].value == "3600000"
+    assert (configs["message.timestamp.after.max.ms"].value, configs["message.timestamp.after.max.ms"].source) \
+        == ("60000", ck.admin.ConfigSource.STATIC_BROKER_CONFIG.value)
+
+    now = int(time.time() * 1000)
+    outcomes = []
+    producer = ck.Producer({"bootstrap.servers": sp.bootstrap, "linger.ms": 0})
+    for topic, ts in (("readings", now - 2 * 3600_000), ("readings", now + 3600_000), ("readings", now),
+                      ("other", now + 3600_000), ("other", now - 2 * 3600_000)):
+        producer.produce(topic, value=b"v", timestamp=ts,
+                         on_delivery=lambda err, msg: outcomes.append(err.name() if err else msg.offset()))
+        assert producer.flush(15) == 0
+    assert outcomes == ["INVALID_TIMESTAMP", "INVALID_TIMESTAMP", 0, "INVALID_TIMESTAMP", 0]
+
+    # kafka-python's idempotent producer (its default) turns any non-retriable error into a fatal
+    # state, as it would against Kafka: a new producer sends the good record.
+    for value, error in ((b"old", kafka.errors.InvalidTimestampError), (b"fine", None)):
+        kp = KafkaProducer(bootstrap_servers=sp.bootstrap, request_timeout_ms=10000, max_block_ms=10000)
+        try:
+            future = kp.send("readings", value, timestamp_ms=now - 2 * 3600_000 if error else now)
+            if error:
+                with pytest.raises(error):
+                    future.get(15)
+            else:
+                assert future.get(15).offset == 1
+        finally:
+            kp.close(5)
+    consumer = ck.Consumer({"bootstrap.servers": sp.bootstrap, "group.id": "w"})
+    assert consumer.get_watermark_offsets(ck.TopicPartition("readings", 0), 10) == (0, 2)
+    consumer.close()

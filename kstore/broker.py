@@ -344,18 +344,25 @@ class Broker:
         with self._lock:
             self._topic_node(name)
             merged = dict(overrides)
-            new_config = self.logs.default_config.with_overrides(merged)   # validates
+            self.logs.default_config.with_overrides(merged)   # validates
             if validate_only:
                 return None
             self.metadata.set(f"/config/topics/{name}", {"version": 1, "config": merged})
-            self.logs.topic_configs[name] = merged
+            self.apply_topic_config(name, merged)
+            return self.describe_topic(name)
+
+    def apply_topic_config(self, name: str, overrides: dict) -> None:
+        """Give this broker's open logs of a topic its (already validated) overrides: after an
+        alteration here, or one another broker of the cluster wrote to the shared metadata."""
+        with self._lock:
+            new_config = self.logs.default_config.with_overrides(overrides)
+            self.logs.topic_configs[name] = dict(overrides)
             for (t, p), log in self.logs.logs().items():
                 if t == name:
                     log.config = new_config
                     part = self.replica_manager.partitions.get((t, p))
                     if part is not None:
                         part.min_insync_replicas = new_config.min_insync_replicas
-            return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic (DeleteTopics): its metadata and configs, every partition's log

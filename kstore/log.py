@@ -436,7 +436,9 @@ class Log:
                 raise InvalidRecordError(
                     f"the baseOffset of the record batch in the append to {self.name} should be "
                     f"0, but it is {batch.base_offset}")
-            if batch.size_in_bytes > self.config.max_message_bytes:
+            # A follower takes what its leader accepted, whatever its own max.message.bytes
+            # (Kafka's appendAsFollower: ignoreRecordSize), or it could never catch up.
+            if from_client and batch.size_in_bytes > self.config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"the record batch size in the append to {self.name} is "
                     f"{batch.size_in_bytes} bytes which exceeds the maximum configured value of "

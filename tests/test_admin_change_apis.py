@@ -8,6 +8,8 @@ gets, DescribeConfigs) and against the broker's files after a crash and a restar
 
 from __future__ import annotations
 
+import shutil
+import signal
 import time
 
 import confluent_kafka as ck
@@ -20,6 +22,7 @@ from kafka.admin import ConfigResource as KPConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 from test_clients import serve_processes  # noqa: F401 (the fixture)
+from test_cluster_network import cluster, values_in_files, wait_for  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -233,3 +236,46 @@ def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_
     sp.start(sp.port)
     topics = AdminClient({"bootstrap.servers": sp.bootstrap}).list_topics(timeout=10).topics
     assert "other" not in topics and len(topics["old"].partitions) == 1
+
+
+def test_in_a_cluster_configs_reach_every_broker_and_followers_copy_what_leaders_took(cluster):
+    """Three `kstore serve --cluster-dir` brokers. A config altered through one of them reaches the
+    open logs of the others (they lead the other partitions). Lowering max.message.bytes below the
+    size of stored batches must not stop replication: a replica that lost its files copies them
+    back from its leader (Kafka's followers ignore max.message.bytes; kstore's refused, and
+    acks=all produces timed out). DeleteRecords goes to each leader; DeleteTopics is refused
+    (kstore deletes topics on a single broker only)."""
+    cluster_dir, nodes = cluster
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{nodes[0].port}"})
+    assert outcomes(admin.create_topics([NewTopic("limits", 3, 3)])) == {"limits": None}
+    bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+    produce(bootstrap, "limits", 3, 4)                       # batches of ~600 bytes
+    leaders = {p.id: p.leader for p in admin.list_topics("limits", timeout=10).topics["limits"].partitions.values()}
+    assert len(set(leaders.values())) > 1, leaders          # spread: the alter cannot be local only
+
+    [altered] = admin.incremental_alter_configs([ConfigResource("topic", "limits", incremental_configs=[
+        ConfigEntry("max.message.bytes", "300", incremental_operation=AlterConfigOpType.SET)])]).values()
+    assert altered.result(10) is None
+
+    def refused_everywhere() -> bool:
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "message.timeout.ms": 5000})
+        errors = []
+        for p in range(3):
+            producer.produce("limits", value=b"x" * 1000, partition=p,
+                             on_delivery=lambda err, msg: errors.append(err and err.name()))
+        producer.flush(10)
+        return errors == ["MSG_SIZE_TOO_LARGE"] * 3
+    wait_for(refused_everywhere, 20, "every leader to apply max.message.bytes=300")
+
+    TP = ck.TopicPartition      # (before a broker is killed below: the leaders stay where they are)
+    assert sorted(outcomes(admin.delete_records([TP("limits", p, 2) for p in (1, 2)])).values()) == [2, 2]
+    assert outcomes(admin.delete_topics(["limits"], operation_timeout=10)) == {"limits": "INVALID_REQUEST"}
+
+    # A follower of partition 0 loses its replica and restarts: it copies the big batches back.
+    follower = next(n for n in nodes if n.broker_id != leaders[0])
+    follower.stop(signal.SIGKILL)
+    shutil.rmtree(cluster_dir / f"broker-{follower.broker_id}" / "limits-0")
+    follower.start()
+    leader_files = values_in_files(cluster_dir, leaders[0], "limits")
+    wait_for(lambda: values_in_files(cluster_dir, follower.broker_id, "limits") == leader_files, 20,
+             "the follower to copy its leader's batches")

@@ -730,15 +730,21 @@ _DELETE_RECORDS_RESPONSE = (
         F("error_code", "int16", "0+"))),
 )
 
-_ALTER_CONFIGS_REQUEST = (
-    F("resources", "[]AlterConfigsResource", "0+",
-      F("resource_type", "int8", "0+"),
-      F("resource_name", "string", "0+"),
-      F("configs", "[]AlterableConfig", "0+",
-        F("name", "string", "0+"),
-        F("value", "string", "0+", nullable="0+"))),
-    F("validate_only", "bool", "0+"),
-)
+def _alter_configs_request(*operation: Field) -> tuple:
+    """AlterConfigsRequest, and IncrementalAlterConfigsRequest with its config_operation field."""
+    return (
+        F("resources", "[]AlterConfigsResource", "0+",
+          F("resource_type", "int8", "0+"),
+          F("resource_name", "string", "0+"),
+          F("configs", "[]AlterableConfig", "0+",
+            F("name", "string", "0+"),
+            *operation,
+            F("value", "string", "0+", nullable="0+"))),
+        F("validate_only", "bool", "0+"),
+    )
+
+
+_ALTER_CONFIGS_REQUEST = _alter_configs_request()
 _ALTER_CONFIGS_RESPONSE = (
     F("throttle_time_ms", "int32", "0+"),
     F("responses", "[]AlterConfigsResourceResponse", "0+",
@@ -747,17 +753,8 @@ _ALTER_CONFIGS_RESPONSE = (
       F("resource_type", "int8", "0+"),
       F("resource_name", "string", "0+")),
 )
-
-_INCREMENTAL_ALTER_CONFIGS_REQUEST = (
-    F("resources", "[]AlterConfigsResource", "0+",
-      F("resource_type", "int8", "0+"),
-      F("resource_name", "string", "0+"),
-      F("configs", "[]AlterableConfig", "0+",
-        F("name", "string", "0+"),
-        F("config_operation", "int8", "0+"),     # 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
-        F("value", "string", "0+", nullable="0+"))),
-    F("validate_only", "bool", "0+"),
-)
+# config_operation: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
+_INCREMENTAL_ALTER_CONFIGS_REQUEST = _alter_configs_request(F("config_operation", "int8", "0+"))
 _INCREMENTAL_ALTER_CONFIGS_RESPONSE = _ALTER_CONFIGS_RESPONSE
 
 _DELETE_TOPICS_REQUEST = (

@@ -279,3 +279,44 @@ def test_in_a_cluster_configs_reach_every_broker_and_followers_copy_what_leaders
     leader_files = values_in_files(cluster_dir, leaders[0], "limits")
     wait_for(lambda: values_in_files(cluster_dir, follower.broker_id, "limits") == leader_files, 20,
              "the follower to copy its leader's batches")
+
+
+def test_a_transaction_whose_topic_was_deleted_still_completes(tmp_path, serve_processes):
+    """A topic deleted while an open transaction holds one of its partitions: the coordinator
+    skips that partition's marker, as Kafka does. kstore tried to write it forever, so the
+    transaction stayed PrepareCommit and every later transaction of the producer timed out."""
+    sp = serve_processes(tmp_path / "logs")
+    admin = AdminClient({"bootstrap.servers": sp.bootstrap})
+    assert outcomes(admin.create_topics([NewTopic("doomed", 1, 1), NewTopic("kept", 1, 1)])) == {
+        "doomed": None, "kept": None}
+    producer = ck.Producer({"bootstrap.servers": sp.bootstrap, "transactional.id": "mover",
+                            "message.timeout.ms": 8000})
+    producer.init_transactions(15)
+    reports = []
+
+    def transaction(*sends, before_commit=lambda: None):
+        producer.begin_transaction()
+        for topic, value in sends:
+            producer.produce(topic, value=value, on_delivery=lambda err, msg: reports.append(err))
+        assert producer.flush(15) == 0
+        before_commit()
+        producer.commit_transaction(15)
+
+    def delete_doomed():
+        assert outcomes(admin.delete_topics(["doomed"], operation_timeout=10)) == {"doomed": None}
+
+    transaction(("doomed", b"1"), ("kept", b"2"), before_commit=delete_doomed)
+    transaction(("kept", b"3"))
+    assert reports == [None, None, None]
+    consumer = ck.Consumer({"bootstrap.servers": sp.bootstrap, "group.id": "reader",
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([ck.TopicPartition("kept", 0, 0)])
+        values, deadline = [], time.monotonic() + 15
+        while len(values) < 2 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+        assert values == [b"2", b"3"]
+    finally:
+        consumer.close()

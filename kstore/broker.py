@@ -383,6 +383,7 @@ class Broker:
             for p in sorted(int(k) for k in node["partitions"]):
                 self.replica_manager.partitions.pop((name, p), None)
                 self.logs.async_delete(name, p)
+            self.replica_manager.checkpoint_high_watermarks()
             self.replica_manager.check_purgatory()   # waiting produces end (not leader any more)
             if self._coordinator is not None:
                 self._coordinator.remove_offsets_of(name)

@@ -22,7 +22,7 @@ import shutil
 import threading
 import uuid
 
-from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
+from .checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
@@ -145,6 +145,14 @@ class LogManager:
         log.close(flush=False)
         doomed = f"{log.dir}.{uuid.uuid4().hex}-delete"
         os.rename(log.dir, doomed)
+        # No checkpoint may keep the partition: a topic created again under the name would start
+        # at an old log start offset, or its compaction be taken as done up to an old offset.
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        cleaner_file = OffsetCheckpointFile(os.path.join(self.log_dir, CLEANER_OFFSET_CHECKPOINT))
+        cleaned = cleaner_file.read()
+        if cleaned.pop((topic, partition), None) is not None:
+            cleaner_file.write(cleaned)
         shutil.rmtree(doomed, ignore_errors=True)
 
     def logs(self) -> dict[tuple[str, int], Log]:

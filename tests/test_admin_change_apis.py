@@ -208,6 +208,7 @@ def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_
     consumer.commit(offsets=[ck.TopicPartition("old", 0, 5), ck.TopicPartition("old", 1, 3),
                              ck.TopicPartition("other", 0, 0)], asynchronous=False)
     consumer.close()
+    assert list(outcomes(admin.delete_records([ck.TopicPartition("old", 0, 3)])).values()) == [3]
 
     got = outcomes(admin.delete_topics(["old", "missing", "__consumer_offsets"], operation_timeout=10))
     assert got == {"old": None, "missing": "UNKNOWN_TOPIC_OR_PART", "__consumer_offsets": "INVALID_REQUEST"}
@@ -232,10 +233,12 @@ def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_
     finally:
         kp_admin.close()
 
-    sp.stop()
+    # A crash: the new "old" must not come back with the deleted one's log start offset (3).
+    sp.kill()
     sp.start(sp.port)
     topics = AdminClient({"bootstrap.servers": sp.bootstrap}).list_topics(timeout=10).topics
     assert "other" not in topics and len(topics["old"].partitions) == 1
+    assert first_offset_read(sp.bootstrap, "old", 0) == 0
 
 
 def test_in_a_cluster_configs_reach_every_broker_and_followers_copy_what_leaders_took(cluster):

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
-from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
-                     PolicyViolationError, TopicExistsError, UnknownTopicOrPartitionError)
+from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
+                     InvalidRequiredAcksError, PolicyViolationError, TopicExistsError,
+                     UnknownTopicOrPartitionError)
 from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
@@ -369,7 +370,6 @@ class Broker:
         directory, and the groups' committed offsets for it. Kafka's internal topics are refused;
         so is a broker of a multi-broker cluster (kstore deletes topics on a single broker: the
         other brokers would keep their replicas)."""
-        from .errors import InvalidRequestError
         with self._lock:
             node = self._topic_node(name)
             if name in INTERNAL_TOPICS:

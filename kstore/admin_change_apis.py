@@ -1,17 +1,19 @@
 """The admin requests that delete topics or records or change configs: DeleteTopics, DeleteRecords,
 AlterConfigs and IncrementalAlterConfigs — what `AdminClient.delete_topics()`, `delete_records()`,
-`alter_configs()` / `incremental_alter_configs()`, `kafka-topics.sh --delete`,
-`kafka-delete-records.sh` and `kafka-configs.sh --alter` send. In Kafka, `KafkaApis` hands them to `ReplicaManager.deleteRecords`
-(`Partition.deleteRecordsOnLeader`) and to `ConfigAdminManager` / the controller.
+`alter_configs()` and `incremental_alter_configs()` send (Kafka's kafka-topics.sh --delete,
+kafka-delete-records.sh and kafka-configs.sh --alter send the same requests). In Kafka, `KafkaApis`
+hands them to the controller, `ReplicaManager.deleteRecords` (`Partition.deleteRecordsOnLeader`)
+and `ConfigAdminManager`.
 
-A mixin of `kstore.server.KafkaServer`, like `kstore.admin_apis`: each partition or resource is
-answered on its own, so one bad entry never fails the others.
+A mixin of `kstore.server.KafkaServer`, like `kstore.admin_apis`: each topic, partition or resource
+is answered on its own, so one bad entry never fails the others.
 
-Where kstore differs: topics are deleted by a single broker only (`Broker.delete_topic`), at once
-(Kafka renames the directories and removes them `file.delete.delay.ms` later); broker configs are static (set with `kstore serve --override`), so altering a
-broker resource is refused with INVALID_REQUEST; and DeleteRecords answers as soon as the leader
-moved its log start offset (Kafka waits, up to the request's timeout, until every live follower
-moved its own; kstore's followers move theirs on their next fetch).
+Where kstore differs: topics are deleted by a single broker only (`Broker.delete_topic`), and at
+once (Kafka renames the directories and removes them `file.delete.delay.ms` later); broker configs
+are static (set with `kstore serve --override`), so altering a broker resource is refused with
+INVALID_REQUEST; DeleteRecords answers as soon as the leader moved its log start offset (Kafka
+waits, up to the request's timeout, until every live follower moved its own; kstore's followers
+move theirs on their next fetch).
 """
 
 from __future__ import annotations

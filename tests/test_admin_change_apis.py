@@ -253,7 +253,8 @@ def test_in_a_cluster_configs_reach_every_broker_and_followers_copy_what_leaders
     assert outcomes(admin.create_topics([NewTopic("limits", 3, 3)])) == {"limits": None}
     bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in nodes)
     produce(bootstrap, "limits", 3, 4)                       # batches of ~600 bytes
-    leaders = {p.id: p.leader for p in admin.list_topics("limits", timeout=10).topics["limits"].partitions.values()}
+    partitions = admin.list_topics("limits", timeout=10).topics["limits"].partitions.values()
+    leaders = {p.id: p.leader for p in partitions}
     assert len(set(leaders.values())) > 1, leaders          # spread: the alter cannot be local only
 
     [altered] = admin.incremental_alter_configs([ConfigResource("topic", "limits", incremental_configs=[

@@ -57,8 +57,8 @@ def test_a_topic_timestamp_window_refuses_records_outside_it(tmp_path, serve_pro
     [described] = admin.describe_configs([ConfigResource("topic", "readings")]).values()
     configs = described.result(10)
     assert configs["message.timestamp.before.max.ms"].value == "3600000"
-    assert (configs["message.timestamp.after.max.ms"].value, configs["message.timestamp.after.max.ms"].source) \
-        == ("60000", ck.admin.ConfigSource.STATIC_BROKER_CONFIG.value)
+    after = configs["message.timestamp.after.max.ms"]
+    assert (after.value, after.source) == ("60000", ck.admin.ConfigSource.STATIC_BROKER_CONFIG.value)
 
     now = int(time.time() * 1000)
     outcomes = []

@@ -198,7 +198,7 @@ def test_incremental_and_legacy_alter_configs_with_both_clients(tmp_path, serve_
 
 
 def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_path, serve_processes):
-    sp = serve_processes(tmp_path / "logs")
+    sp = serve_processes(tmp_path / "logs", "log.segment.delete.delay.ms=300")   # file.delete.delay.ms
     admin = AdminClient({"bootstrap.servers": sp.bootstrap})
     assert outcomes(admin.create_topics([NewTopic("old", 2, 1), NewTopic("other", 1, 1)])) == {
         "old": None, "other": None}
@@ -212,7 +212,11 @@ def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_
 
     got = outcomes(admin.delete_topics(["old", "missing", "__consumer_offsets"], operation_timeout=10))
     assert got == {"old": None, "missing": "UNKNOWN_TOPIC_OR_PART", "__consumer_offsets": "INVALID_REQUEST"}
-    assert not [d.name for d in sp.log_dir.iterdir() if d.name.startswith("old-")]   # nor "-delete"
+    # Renamed at once (never loaded again), removed file.delete.delay.ms later.
+    renamed = sorted(d.name.split(".")[0] for d in sp.log_dir.iterdir() if d.name.startswith("old-"))
+    assert renamed == ["old-0", "old-1"] and not (sp.log_dir / "old-0").exists()
+    wait_for(lambda: not [d for d in sp.log_dir.iterdir() if d.name.startswith("old-")], 10,
+             "the renamed directories to be removed")
     assert "old" not in admin.list_topics(timeout=10).topics
     [offsets] = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions("readers")]).values()
     assert [(tp.topic, tp.offset) for tp in offsets.result(10).topic_partitions] == [("other", 0)]
@@ -233,9 +237,14 @@ def test_delete_topics_with_both_clients_removes_files_offsets_and_metadata(tmp_
     finally:
         kp_admin.close()
 
-    # A crash: the new "old" must not come back with the deleted one's log start offset (3).
+    # A crash: the new "old" must not come back with the deleted one's log start offset (3); a
+    # deleted partition's directory that was still waiting for removal is removed at the start.
     sp.kill()
+    leftover = sp.log_dir / "gone-0.6f1d2c3b4a5e6f708192a3b4c5d6e7f8-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"")
     sp.start(sp.port)
+    assert not leftover.exists()
     topics = AdminClient({"bootstrap.servers": sp.bootstrap}).list_topics(timeout=10).topics
     assert "other" not in topics and len(topics["old"].partitions) == 1
     assert first_offset_read(sp.bootstrap, "old", 0) == 0

@@ -8,9 +8,8 @@ and `ConfigAdminManager`.
 A mixin of `kstore.server.KafkaServer`, like `kstore.admin_apis`: each topic, partition or resource
 is answered on its own, so one bad entry never fails the others.
 
-Where kstore differs: topics are deleted by a single broker only (`Broker.delete_topic`), and at
-once (Kafka renames the directories and removes them `file.delete.delay.ms` later); broker configs
-are static (set with `kstore serve --override`), so altering a broker resource is refused with
+Where kstore differs: topics are deleted by a single broker only (`Broker.delete_topic`); broker
+configs are static (set with `kstore serve --override`), so altering a broker resource is refused with
 INVALID_REQUEST; DeleteRecords answers as soon as the leader moved its log start offset (Kafka
 waits, up to the request's timeout, until every live follower moved its own; kstore's followers
 move theirs on their next fetch).

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
-from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequiredAcksError,
-                     PolicyViolationError, TopicExistsError, UnknownTopicOrPartitionError)
+from .errors import (LogError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
+                     InvalidRequiredAcksError, PolicyViolationError, TopicExistsError,
+                     UnknownTopicOrPartitionError)
 from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
@@ -335,17 +336,58 @@ class Broker:
         """Set per-topic overrides (IncrementalAlterConfigs SET); applies to the open logs."""
         with self._lock:
             self._topic_node(name)
-            merged = {**self.metadata.topic_config(name), **configs}
-            new_config = self.logs.default_config.with_overrides(merged)   # validates
+            return self.replace_topic_config(name, {**self.metadata.topic_config(name), **configs})
+
+    def replace_topic_config(self, name: str, overrides: dict, *,
+                             validate_only: bool = False) -> TopicInfo | None:
+        """Make `overrides` the topic's whole set of overrides (AlterConfigs; a config left out
+        goes back to the broker default); validated first, applied to the open logs."""
+        with self._lock:
+            self._topic_node(name)
+            merged = dict(overrides)
+            self.logs.default_config.with_overrides(merged)   # validates
+            if validate_only:
+                return None
             self.metadata.set(f"/config/topics/{name}", {"version": 1, "config": merged})
-            self.logs.topic_configs[name] = merged
+            self.apply_topic_config(name, merged)
+            return self.describe_topic(name)
+
+    def apply_topic_config(self, name: str, overrides: dict) -> None:
+        """Give this broker's open logs of a topic its (already validated) overrides: after an
+        alteration here, or one another broker of the cluster wrote to the shared metadata."""
+        with self._lock:
+            new_config = self.logs.default_config.with_overrides(overrides)
+            self.logs.topic_configs[name] = dict(overrides)
             for (t, p), log in self.logs.logs().items():
                 if t == name:
                     log.config = new_config
                     part = self.replica_manager.partitions.get((t, p))
                     if part is not None:
                         part.min_insync_replicas = new_config.min_insync_replicas
-            return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic (DeleteTopics): its metadata and configs, every partition's log
+        directory, and the groups' committed offsets for it. Kafka's internal topics are refused;
+        so is a broker of a multi-broker cluster (kstore deletes topics on a single broker: the
+        other brokers would keep their replicas)."""
+        with self._lock:
+            node = self._topic_node(name)
+            if name in INTERNAL_TOPICS:
+                raise InvalidRequestError(f"the internal topic {name} can not be deleted")
+            if self.controller is None or len(self.metadata.children("/brokers/ids")) > 1:
+                raise InvalidRequestError("kstore deletes topics on a single broker only, not in a "
+                                          "cluster of several brokers")
+            self.metadata.delete(f"/brokers/topics/{name}")
+            self.metadata.delete(f"/config/topics/{name}")
+            self.logs.topic_configs.pop(name, None)
+            for p in sorted(int(k) for k in node["partitions"]):
+                self.replica_manager.partitions.pop((name, p), None)
+                self.logs.async_delete(name, p)
+            self.replica_manager.checkpoint_high_watermarks()
+            self.replica_manager.check_purgatory()   # waiting produces end (not leader any more)
+            if self._coordinator is not None:
+                self._coordinator.remove_offsets_of(name)
+            self.events.emit("topic_deleted", self.log_dir, topic=name)
 
     def _topic_node(self, name: str) -> dict:
         node = self.metadata.topic(name)

@@ -134,6 +134,9 @@ class ClusterNode:
     def _apply_decisions(self) -> None:
         for topic in self.metadata.topics():
             node = self.metadata.topic(topic)
+            overrides = self.metadata.topic_config(topic)
+            if self.broker.logs.topic_configs.get(topic, {}) != overrides:   # altered elsewhere
+                self.broker.apply_topic_config(topic, overrides)
             for p, replicas in node["partitions"].items():
                 if self.broker_id not in replicas:
                     continue

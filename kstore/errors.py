@@ -23,6 +23,12 @@ class OffsetOutOfRangeError(KStoreError):
     """A read or seek outside [log start offset, log end offset] (Kafka: OffsetOutOfRangeException)."""
 
 
+class InvalidTimestampError(KStoreError):
+    """A record timestamp outside the topic's message.timestamp.before/after.max.ms window
+    (Kafka: InvalidTimestampException, INVALID_TIMESTAMP)."""
+    error_code = 32
+
+
 class InvalidOffsetError(KStoreError):
     """An index append that is out of order (Kafka: InvalidOffsetException)."""
 

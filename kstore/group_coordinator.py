@@ -254,6 +254,24 @@ class GroupCoordinator:
                                             build_batch(records), 1)
             return results
 
+    def remove_offsets_of(self, topic: str) -> int:
+        """Forget every group's committed offsets for a deleted topic, with tombstones (Kafka's
+        GroupMetadataManager.cleanupGroupMetadata after partitions are deleted). Groups this broker
+        does not coordinate are left to their coordinator. Returns the offsets removed."""
+        removed, now = 0, self.clock.milliseconds()
+        with self._lock:
+            for group_id, offsets in list(self._cache.items()):
+                gone = [tp for tp in offsets if tp[0] == topic]
+                part = self.broker.replica_manager.partitions.get((OFFSETS_TOPIC, self.partition_for(group_id)))
+                if not gone or part is None or not part.is_leader:
+                    continue
+                for tp in gone:
+                    del offsets[tp]
+                self.broker.produce_request(OFFSETS_TOPIC, self.partition_for(group_id), build_batch(
+                    [Record(OffsetCommitKey(group_id, *tp).encode(), None, now) for tp in gone]), 1)
+                removed += len(gone)
+        return removed
+
     # ---- commit / fetch
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata | int],
                        expire_timestamp: int | None = None, timeout_s: float = 30.0, *,

@@ -44,6 +44,7 @@ from . import retention
 from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, TimestampType,
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
 from .scheduler import Scheduler
+from .timestamp_validator import check_timestamps
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, FetchDataInfo,
                       LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset, segment_paths)
 
@@ -435,7 +436,9 @@ class Log:
                 raise InvalidRecordError(
                     f"the baseOffset of the record batch in the append to {self.name} should be "
                     f"0, but it is {batch.base_offset}")
-            if batch.size_in_bytes > self.config.max_message_bytes:
+            # A follower takes what its leader accepted, whatever its own max.message.bytes
+            # (Kafka's appendAsFollower: ignoreRecordSize), or it could never catch up.
+            if from_client and batch.size_in_bytes > self.config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"the record batch size in the append to {self.name} is "
                     f"{batch.size_in_bytes} bytes which exceeds the maximum configured value of "
@@ -444,6 +447,8 @@ class Log:
             # The leader validates the records' structure (count, lengths, varints, headers,
             # consecutive offsets); a follower only the CRC, as Kafka's appendAsFollower does.
             null_key = batch.validate_records()[1] if from_client else False
+            if from_client:
+                check_timestamps(batch, self.config, self.clock.milliseconds())
             if self.config.compact and not batch.is_control and null_key:
                 raise InvalidRecordError(
                     f"compacted topic cannot accept message without key in topic partition "

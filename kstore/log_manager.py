@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
+import uuid
 
-from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
+from .checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
@@ -30,6 +32,8 @@ from .log import Log, parse_topic_partition
 from .metadata_image import CLUSTER_METADATA_DIR
 from .scheduler import Scheduler
 from .topic import partition_dir_name, validate_topic_name
+
+DELETE_DIR_SUFFIX = "-delete"   # a deleted partition's directory, waiting to be removed
 
 
 class LogManager:
@@ -88,7 +92,10 @@ class LogManager:
         start_offsets = self._start_file.read()
         for name in sorted(os.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
-            if not os.path.isdir(path) or name.endswith(("-delete", "-future", "-stray")):
+            if os.path.isdir(path) and name.endswith(DELETE_DIR_SUFFIX) and not self.read_only:
+                shutil.rmtree(path, ignore_errors=True)   # a deleted topic's, left by a stop
+                continue
+            if not os.path.isdir(path) or name.endswith((DELETE_DIR_SUFFIX, "-future", "-stray")):
                 continue
             try:
                 tp = parse_topic_partition(path)
@@ -131,6 +138,32 @@ class LogManager:
             log.producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
             self._logs[(topic, partition)] = log
             return log
+
+    def async_delete(self, topic: str, partition: int) -> None:
+        """Remove a partition's log (Kafka's LogManager.asyncDelete, for a deleted topic): its
+        directory is renamed to `<topic>-<partition>.<id>-delete` at once (never loaded again),
+        and closed and removed `file.delete.delay.ms` later, so that a fetch already sending
+        from its files finishes on them, as for deleted segments."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return
+        doomed = f"{log.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.dir, doomed)
+        # No checkpoint may keep the partition: a topic created again under the name would start
+        # at an old log start offset, or its compaction be taken as done up to an old offset.
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        cleaner_file = OffsetCheckpointFile(os.path.join(self.log_dir, CLEANER_OFFSET_CHECKPOINT))
+        cleaned = cleaner_file.read()
+        if cleaned.pop((topic, partition), None) is not None:
+            cleaner_file.write(cleaned)
+
+        def remove() -> None:
+            log.close_without_flush()
+            shutil.rmtree(doomed, ignore_errors=True)
+        self.scheduler.schedule(f"delete-log-{topic}-{partition}", remove,
+                                delay_ms=log.config.file_delete_delay_ms)
 
     def logs(self) -> dict[tuple[str, int], Log]:
         return dict(self._logs)

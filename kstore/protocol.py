@@ -70,6 +70,7 @@ API_KEYS: dict[str, int] = {
     "DeleteGroups": 42, "OffsetDelete": 47,
     "AddPartitionsToTxn": 24, "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
     "TxnOffsetCommit": 28,
+    "DeleteRecords": 21, "AlterConfigs": 33, "IncrementalAlterConfigs": 44, "DeleteTopics": 20,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
@@ -82,6 +83,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1), 47: (0, 0),
     # transactions (kstore.transaction_apis)
     24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2),
+    # records and configs the admin clients change (kstore.admin_change_apis)
+    21: (0, 1), 33: (0, 1), 44: (0, 0), 20: (1, 3),   # DeleteTopics v0: removed in Kafka 4.0
 }
 
 # First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
@@ -90,6 +93,7 @@ FLEXIBLE_FROM: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4, 16: 3, 19: 5, 32: 4, 37: 2,
     11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 42: 2, 47: 32767,
     24: 3, 25: 3, 26: 3, 27: 1, 28: 3,
+    21: 2, 33: 2, 44: 1, 20: 4,
 }
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
@@ -706,6 +710,64 @@ _TXN_OFFSET_COMMIT_RESPONSE = (
         F("error_code", "int16", "0+"))),
 )
 
+# ---- what AdminClient.delete_records / alter_configs / incremental_alter_configs / delete_topics send
+
+_DELETE_RECORDS_REQUEST = (
+    F("topics", "[]DeleteRecordsTopic", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]DeleteRecordsPartition", "0+",
+        F("partition_index", "int32", "0+"),
+        F("offset", "int64", "0+"))),             # -1: the high watermark
+    F("timeout_ms", "int32", "0+"),
+)
+_DELETE_RECORDS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("topics", "[]DeleteRecordsTopicResult", "0+",
+      F("name", "string", "0+"),
+      F("partitions", "[]DeleteRecordsPartitionResult", "0+",
+        F("partition_index", "int32", "0+"),
+        F("low_watermark", "int64", "0+"),
+        F("error_code", "int16", "0+"))),
+)
+
+def _alter_configs_request(*operation: Field) -> tuple:
+    """AlterConfigsRequest, and IncrementalAlterConfigsRequest with its config_operation field."""
+    return (
+        F("resources", "[]AlterConfigsResource", "0+",
+          F("resource_type", "int8", "0+"),
+          F("resource_name", "string", "0+"),
+          F("configs", "[]AlterableConfig", "0+",
+            F("name", "string", "0+"),
+            *operation,
+            F("value", "string", "0+", nullable="0+"))),
+        F("validate_only", "bool", "0+"),
+    )
+
+
+_ALTER_CONFIGS_REQUEST = _alter_configs_request()
+_ALTER_CONFIGS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("responses", "[]AlterConfigsResourceResponse", "0+",
+      F("error_code", "int16", "0+"),
+      F("error_message", "string", "0+", nullable="0+"),
+      F("resource_type", "int8", "0+"),
+      F("resource_name", "string", "0+")),
+)
+# config_operation: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
+_INCREMENTAL_ALTER_CONFIGS_REQUEST = _alter_configs_request(F("config_operation", "int8", "0+"))
+_INCREMENTAL_ALTER_CONFIGS_RESPONSE = _ALTER_CONFIGS_RESPONSE
+
+_DELETE_TOPICS_REQUEST = (
+    F("topic_names", "[]string", "0-5"),          # (v6+ names topics by id too)
+    F("timeout_ms", "int32", "0+"),
+)
+_DELETE_TOPICS_RESPONSE = (
+    F("throttle_time_ms", "int32", "1+"),
+    F("responses", "[]DeletableTopicResult", "0+",
+      F("name", "string", "0+"),
+      F("error_code", "int16", "0+")),
+)
+
 _DEFINITIONS = {
     "Produce": (_PRODUCE_REQUEST, _PRODUCE_RESPONSE),
     "Fetch": (_FETCH_REQUEST, _FETCH_RESPONSE),
@@ -733,6 +795,10 @@ _DEFINITIONS = {
     "EndTxn": (_END_TXN_REQUEST, _END_TXN_RESPONSE),
     "WriteTxnMarkers": (_WRITE_TXN_MARKERS_REQUEST, _WRITE_TXN_MARKERS_RESPONSE),
     "TxnOffsetCommit": (_TXN_OFFSET_COMMIT_REQUEST, _TXN_OFFSET_COMMIT_RESPONSE),
+    "DeleteRecords": (_DELETE_RECORDS_REQUEST, _DELETE_RECORDS_RESPONSE),
+    "AlterConfigs": (_ALTER_CONFIGS_REQUEST, _ALTER_CONFIGS_RESPONSE),
+    "IncrementalAlterConfigs": (_INCREMENTAL_ALTER_CONFIGS_REQUEST, _INCREMENTAL_ALTER_CONFIGS_RESPONSE),
+    "DeleteTopics": (_DELETE_TOPICS_REQUEST, _DELETE_TOPICS_RESPONSE),
 }
 _KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 

@@ -13,7 +13,8 @@ Mirrors the request path of Kafka's `SocketServer` + `KafkaApis`:
   `zero_copy=False` reads them into memory and sends them (the copy path chapter 11 compares).
   A fetch waits up to `max_wait_ms` for `min_bytes`, woken by new appends.
 The wire structs come from the schema-driven codec in `kstore.protocol`; the admin requests
-(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`, the
+(CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) are in `kstore.admin_apis`
+(DeleteTopics, DeleteRecords, AlterConfigs, IncrementalAlterConfigs in `kstore.admin_change_apis`), the
 consumer group requests (JoinGroup, SyncGroup, Heartbeat, ...) in `kstore.group_apis`.
 """
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 from . import protocol as P
 from .admin_apis import AdminApis
+from .admin_change_apis import AdminChangeApis
 from .broker import Broker, normalize_acks
 from .connection_quotas import ConnectionQuotas, TooManyConnectionsError
 from .errors import (CorruptRecordError, error_code, InvalidRecordError, InvalidRequiredAcksError, KStoreError,
@@ -64,8 +66,9 @@ class ServerStats:
     accept_errors: int = 0             # accept() out of descriptors / memory
 
 
-class KafkaServer(AdminApis, GroupApis, TransactionApis):
+class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
     fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
+    on_listening = None   # called with the bound port once the server accepts connections
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 9092, *,
                  zero_copy: bool = True, max_request_size: int | None = None,
@@ -139,6 +142,8 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
         timers = asyncio.create_task(self._timers())
         accept = asyncio.create_task(self._accept_loop())
         self._ready.set()
+        if self.on_listening is not None:   # the real port, also when asked for port 0
+            self.on_listening(self.port)
         await self._stop_event.wait()
         accept.cancel()
         timers.cancel()
@@ -403,6 +408,9 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
                 API["CreateTopics"]: self._create_topics,
                 API["CreatePartitions"]: self._create_partitions,
                 API["DescribeConfigs"]: self._describe_configs, API["ListGroups"]: self._list_groups,
+                API["DeleteRecords"]: self._delete_records, API["AlterConfigs"]: self._alter_configs,
+                API["IncrementalAlterConfigs"]: self._incremental_alter_configs,
+                API["DeleteTopics"]: self._delete_topics,
                 **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs
@@ -797,8 +805,9 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
     broker.logs.start_retention()
     broker.logs.start_producer_expiration()
     broker.logs.start_cleaner()
-    print(f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
-          f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
+    server.on_listening = lambda bound: print(
+        f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
+        f"{host}:{bound} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
     try:
         asyncio.run(server.serve())
         if server._startup_error is not None:

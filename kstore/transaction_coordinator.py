@@ -318,6 +318,11 @@ class TransactionCoordinator:
         failed = []
         remote: dict[int, list[tuple[str, int]]] = {}
         for topic, p in partitions:
+            if self.broker.metadata.topic(topic) is None:
+                # Deleted since it joined the transaction: no marker to write (Kafka's
+                # TransactionMarkerChannelManager skips such partitions), or the transaction
+                # would stay in Prepare* and fence every later one of this producer.
+                continue
             state = self.broker.metadata.partition_state(topic, p)
             leader = state["leader"] if state else -1
             if leader != self.broker.broker_id and leader >= 0:

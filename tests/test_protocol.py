@@ -34,6 +34,10 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
                                      SyncGroupResponse)
 from kafka.protocol.admin import (DeleteGroupsRequest, DeleteGroupsResponse,
                                   DescribeGroupsRequest, DescribeGroupsResponse)
+from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, DeleteRecordsRequest,
+                                  DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+                                  IncrementalAlterConfigsRequest,
+                                  IncrementalAlterConfigsResponse)
 from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
                                   CreateTopicsRequest, CreateTopicsResponse,
                                   DescribeConfigsRequest, DescribeConfigsResponse,
@@ -89,6 +93,10 @@ KP = {  # kafka-python's JSON-generated classes: (request, response)
     26: (EndTxnRequest, EndTxnResponse),
     27: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    21: (DeleteRecordsRequest, DeleteRecordsResponse),
+    33: (AlterConfigsRequest, AlterConfigsResponse),
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    20: (DeleteTopicsRequest, DeleteTopicsResponse),
 }
 OLD = {  # kafka-python's hand-written Struct classes, lists indexed by version
     0: (old_produce.ProduceRequest, old_produce.ProduceResponse),
@@ -121,7 +129,8 @@ EXPECTED_SUPPORTED = {18: (0, 2), 3: (0, 8), 0: (3, 8), 1: (4, 11), 2: (1, 5), 1
                       8: (2, 7), 9: (1, 5), 22: (0, 1), 23: (0, 3),
                       16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
                       11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1),
-                      47: (0, 0), 24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2)}
+                      47: (0, 0), 24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2),
+                      21: (0, 1), 33: (0, 1), 44: (0, 0), 20: (1, 3)}
 
 CASES = [(key, v) for key, (lo, hi) in sorted(EXPECTED_SUPPORTED.items()) for v in range(lo, hi + 1)]
 CASE_IDS = [f"{p.API_NAMES[k]}-v{v}" for k, v in CASES]
@@ -353,6 +362,30 @@ SAMPLES.update({
 
 # ---- helpers over kafka-python's schema objects ----
 
+# the admin requests that delete topics and records and change configs
+ALTERED = {"throttle_time_ms": 5, "responses": [
+    {"error_code": 0, "error_message": None, "resource_type": 2, "resource_name": "orders-ü"},
+    {"error_code": 42, "error_message": "static ✗", "resource_type": 4, "resource_name": "0"}]}
+SAMPLES.update({
+    21: ({"topics": [{"name": "orders-ü", "partitions": [{"partition_index": 0, "offset": 1 << 40},
+                                                         {"partition_index": 3, "offset": -1}]},
+                     {"name": "none", "partitions": []}], "timeout_ms": 30000},
+         {"throttle_time_ms": 2, "topics": [{"name": "orders-ü", "partitions": [
+             {"partition_index": 0, "low_watermark": 1 << 40, "error_code": 0},
+             {"partition_index": 3, "low_watermark": -1, "error_code": 44}]}]}),
+    33: ({"resources": [{"resource_type": 2, "resource_name": "orders-ü", "configs": [
+              {"name": "retention.ms", "value": "3600000"}, {"name": "segment.ms", "value": None}]},
+                        {"resource_type": 4, "resource_name": "", "configs": []}],
+          "validate_only": True}, ALTERED),
+    44: ({"resources": [{"resource_type": 2, "resource_name": "orders-ü", "configs": [
+              {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
+              {"name": "retention.ms", "config_operation": 1, "value": None}]}],
+          "validate_only": False}, ALTERED),
+    20: ({"topic_names": ["orders-ü", "gone"], "timeout_ms": 30000},
+         {"throttle_time_ms": 3, "responses": [{"name": "orders-ü", "error_code": 0},
+                                               {"name": "gone", "error_code": 3}]}),
+})
+
 # kafka-python departs from Kafka's JSON in one place (MetadataResponse.json_patch): it renames
 # TopicAuthorizedOperations and ClusterAuthorizedOperations to `authorized_operations`, of its own
 # type "bitfield" (the int32 as a set of bit numbers; the "not requested" value, bit 31 alone, as
@@ -496,7 +529,8 @@ def test_supported_versions_are_the_ones_the_broker_advertises():
                           "LeaveGroup": 13, "SyncGroup": 14, "DescribeGroups": 15,
                           "DeleteGroups": 42, "OffsetDelete": 47, "AddPartitionsToTxn": 24,
                           "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
-                          "TxnOffsetCommit": 28}
+                          "TxnOffsetCommit": 28, "DeleteRecords": 21, "AlterConfigs": 33,
+                          "IncrementalAlterConfigs": 44, "DeleteTopics": 20}
     assert p.API_NAMES == {key: name for name, key in p.API_KEYS.items()}
 
 

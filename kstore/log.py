@@ -448,7 +448,7 @@ class Log:
             # consecutive offsets); a follower only the CRC, as Kafka's appendAsFollower does.
             null_key = batch.validate_records()[1] if from_client else False
             if from_client:
-                check_timestamps(batch, self.config, self.clock.milliseconds())
+                check_timestamps(batch, self.config, self.clock)
             if self.config.compact and not batch.is_control and null_key:
                 raise InvalidRecordError(
                     f"compacted topic cannot accept message without key in topic partition "

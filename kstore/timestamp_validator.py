@@ -12,11 +12,12 @@ from .errors import InvalidTimestampError
 from .records import NO_TIMESTAMP, RecordBatch
 
 
-def check_timestamps(batch: RecordBatch, config: LogConfig, now: int) -> None:
+def check_timestamps(batch: RecordBatch, config: LogConfig, clock) -> None:
     """Raise InvalidTimestampError for the first record of `batch` outside the window."""
     before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
     if config.message_timestamp_type != "CreateTime" or (before == LONG_MAX and after == LONG_MAX):
-        return   # the default: no record is looked at
+        return   # the default: neither the clock nor any record is looked at
+    now = clock.milliseconds()
     low, high = now - before, now + after
     for record in batch.records():
         if record.timestamp != NO_TIMESTAMP and not low <= record.timestamp <= high:

@@ -27,7 +27,8 @@ from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
 from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
-from .metadata_image import PARTITION_METADATA, import_kraft_metadata, read_properties
+from .metadata_image import (CLUSTER_METADATA_DIR, PARTITION_METADATA, import_kraft_metadata,
+                             is_kraft_log_dir, read_properties)
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
@@ -89,14 +90,26 @@ def _check_partition_limit(count: int) -> None:
 
 
 def _broker_id_from(log_dir: str) -> int:
-    """The node id a log dir was written by (`meta.properties`), 0 when it has none."""
+    """The node id a log dir was written by (`meta.properties`), 0 for a new kstore dir.
+
+    Guessing 0 for a damaged file, or for a KRaft dir whose file is gone, would serve its
+    partitions as another node's (hosted by nobody) under a new cluster id; Kafka refuses to
+    start on such a directory, and so does kstore."""
     path = os.path.join(log_dir, "meta.properties")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        if is_kraft_log_dir(log_dir):
+            raise LogError(f"{path} is missing, but {log_dir} holds a KRaft metadata log "
+                           f"({CLUSTER_METADATA_DIR}): without it the node id is unknown")
+        return 0
+    try:
         props = read_properties(path)
-        value = props.get("node.id", props.get("broker.id", "0"))
-        if value.lstrip("-").isdigit():
-            return int(value)
-    return 0
+    except (OSError, UnicodeDecodeError) as e:
+        raise LogError(f"{path} cannot be read: {e}") from None
+    value = props.get("node.id", props.get("broker.id"))
+    if value is None or not value.strip().isdigit():
+        raise LogError(f"{path} has no valid node.id or broker.id (found {value!r}); it is not a "
+                       f"meta.properties file Kafka or kstore wrote")
+    return int(value)
 
 
 def normalize_acks(acks) -> int:
@@ -127,6 +140,8 @@ class Broker:
         `read_only` (the offline read-only tools) changes nothing in the directory: metadata is
         kept in memory, no file is created, written, trimmed or removed."""
         self.read_only = read_only
+        if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+            raise LogError(f"log directory {log_dir} is not a directory")
         if read_only and not os.path.isdir(log_dir):
             raise LogError(f"log directory {log_dir} does not exist")
         self.broker_id = _broker_id_from(log_dir) if broker_id is None else broker_id

@@ -133,12 +133,23 @@ def _delete(coordinator, group: str, out: TextIO, err: TextIO) -> int:
 
 
 # ---- --reset-offsets
-def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
+def check_reset_arguments(args) -> None:
+    """What can be checked before the log dir is opened (a writable open creates files)."""
     targets = [x for x in ("to_earliest", "to_latest", "to_offset", "to_datetime")
                if getattr(args, x) not in (None, False)]
     if len(targets) != 1:
         raise KStoreError("--reset-offsets needs exactly one of --to-earliest, --to-latest, "
                           "--to-offset, --to-datetime")
+    for spec in args.topic or []:
+        _, _, parts = spec.partition(":")
+        if parts and not all(p.strip().isdigit() for p in parts.split(",")):
+            raise KStoreError(f"--topic {spec!r}: give TOPIC or TOPIC:P,P with partition numbers")
+    if args.to_datetime is not None:
+        parse_datetime(args.to_datetime)
+
+
+def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
+    check_reset_arguments(args)
     state = coordinator.describe_group(args.group).state
     if state in ACTIVE_STATES:
         err.write(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, "

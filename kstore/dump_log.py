@@ -117,8 +117,9 @@ def _control_type(key: bytes | None) -> ControlRecordType:
 
 
 def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
-             offsets_decoder: bool = False, transaction_log_decoder: bool = False) -> None:
-    """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too."""
+             offsets_decoder: bool = False, transaction_log_decoder: bool = False) -> bool:
+    """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too. Returns
+    False when a damaged batch stopped the dump (Kafka's tool dies with an exception there)."""
     name = os.path.basename(path)
     if name.endswith(".log"):
         out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
@@ -131,6 +132,7 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
                               f"(<end offset>-<epoch>.checkpoint)")
         out.write(f"Snapshot end offset: {int(end_offset)}, epoch: {int(epoch)}\n")
     records = FileRecords(path, file_already_exists=True, read_only=True)
+    complete = True
     try:
         valid = 0
         try:
@@ -143,11 +145,13 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
                 valid += batch.size_in_bytes
         except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
             err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
+            complete = False
         trailing = records.size_in_bytes() - valid
         if trailing > 0:
             out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
     finally:
         records.close_handlers()
+    return complete
 
 
 def _companion(path: str, suffix: str) -> str:
@@ -209,7 +213,7 @@ def dump_snapshot(path: str, out: TextIO) -> None:
         for e in read_snapshot(f.read(), path):
             out.write(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
                       f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: "
-                      f"{'Optional.empty' if e.current_txn_first_offset < 0 else f'Optional[{e.current_txn_first_offset}]'} "
+                      f"{_optional_long(None if e.current_txn_first_offset < 0 else e.current_txn_first_offset)} "
                       f"lastTimestamp: {e.timestamp} firstSequence: {e.first_sequence} "
                       f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
                       f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}\n")
@@ -249,8 +253,8 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         return False
     try:
         if name.endswith((".log", ".checkpoint")):   # .checkpoint: a KRaft snapshot
-            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
-                     transaction_log_decoder)
+            return dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
+                            transaction_log_decoder)
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check)
         elif name.endswith(".timeindex"):

@@ -245,6 +245,7 @@ def load_metadata_image(log_dir: str) -> MetadataImage:
     for name in logs:
         path = os.path.join(directory, name)
         records = FileRecords(path, file_already_exists=True, read_only=True)
+        batch = None
         try:
             for batch in records.batches():
                 if batch.is_control:
@@ -259,6 +260,11 @@ def load_metadata_image(log_dir: str) -> MetadataImage:
                                                   f"{record.offset} does not decode: {e}") from None
                     image.apply(record_type, fields)
                     image.records_read += 1
+        except MetadataRecordError:
+            raise
+        except KStoreError as e:   # a damaged batch: say which file and where
+            where = "its first batch" if batch is None else f"the batch at offset {batch.base_offset}"
+            raise MetadataRecordError(f"{path}: {where} does not decode: {e}") from None
         finally:
             records.close_handlers()
     return image

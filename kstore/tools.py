@@ -142,6 +142,8 @@ def consume(args, out: TextIO) -> int:
     flag = lambda name: props.get(name, "false").lower() == "true"   # noqa: E731
     separator = _decode_separator(props.get("key.separator", "\t"))
     line_separator = _decode_separator(props.get("line.separator", "\n"))
+    if args.max_messages == -1:   # kafka-console-consumer's spelling of "no limit"
+        args.max_messages = None
     if args.offset is not None and args.partition is None:
         raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
     if args.offset is not None and args.offset not in ("earliest", "latest") and (
@@ -266,7 +268,11 @@ def get_offsets(args, out: TextIO) -> int:
 
 # ------------------------------------------------------------------------------ consumer-groups
 def consumer_groups(args, out: TextIO) -> int:
-    from .consumer_groups_tool import consumer_groups as run   # kafka-consumer-groups.sh
+    from .consumer_groups_tool import check_reset_arguments, consumer_groups as run
+    if (args.describe or args.delete or args.reset_offsets) and not args.group:
+        raise KStoreError("--describe, --delete and --reset-offsets need --group GROUP")
+    if args.reset_offsets:
+        check_reset_arguments(args)
     changes = args.delete or (args.reset_offsets and args.execute)
     with _open(args, read_only=not changes) as broker:
         if (not changes and not isinstance(broker, RemoteBroker)
@@ -382,6 +388,8 @@ def add_parsers(sub) -> None:
 def _serve(args) -> int:
     if bool(args.log_dir) == bool(args.cluster_dir):
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
+    if not 0 <= args.port <= 65535:
+        raise KStoreError(f"--port must be between 0 and 65535 (0: any free port), not {args.port}")
     if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)

@@ -1,0 +1,182 @@
+"""A Kafka operator's tools on damaged copies of a log dir a real Kafka broker wrote.
+
+Each case damages a copy of tests/fixtures/kafka-kraft-logs/e856b9a the way disks, crashes and
+hurried hands do, then runs kstore's command line on it. The bar: one clear line naming the
+problem, a non-zero exit when the tool cannot do its job, no byte of the directory changed by a
+tool that refuses or only reads, and a broker that says what its recovery cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kstore.broker import Broker
+from test_broker_clients import snapshot as tree_contents
+from test_cli_errors import assert_one_line, kstore  # noqa: F401 (fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+FOO_LOG = "foo-0/00000000000000000000.log"
+METADATA = "__cluster_metadata-0"
+METADATA_INDEX = f"{METADATA}/00000000000000000000.index"
+METADATA_LOG = f"{METADATA}/00000000000000000000.log"
+
+
+def kstore_process(*args: str) -> subprocess.CompletedProcess:
+    """The real command; `serve` must refuse at once, and a broker that started instead fails
+    the test on the timeout rather than hanging it."""
+    return subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+
+
+def refused(tool: list[str], log_dir: Path, kstore) -> subprocess.CompletedProcess:  # noqa: F811
+    run = kstore_process if tool[0] == "serve" else kstore
+    return run(*tool, "--log-dir", str(log_dir))
+
+
+@pytest.fixture
+def log_dir(kafka_logs) -> Path:
+    return kafka_logs / "e856b9a"
+
+
+def flip(path: Path, position: int, mask: int = 0x01) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= mask
+    path.write_bytes(bytes(data))
+
+
+# ---------------------------------------------------------------- meta.properties
+@pytest.mark.parametrize("damage", ["garbage", "no node.id", "missing"])
+def test_a_kraft_dir_without_a_usable_meta_properties_is_refused_and_left_alone(log_dir, damage,
+                                                                              kstore):  # noqa: F811
+    """Guessing node 0 served Kafka's partitions as hosted by nobody, under a new cluster id."""
+    props = log_dir / "meta.properties"
+    if damage == "missing":
+        props.unlink()
+    else:
+        props.write_text("\x00\x01garbage" if damage == "garbage" else "cluster.id=x\nversion=1\n")
+    before = tree_contents(log_dir)
+    for tool in (["get-offsets"], ["topics", "--describe"], ["serve", "--port", "0"]):
+        run = refused(tool, log_dir, kstore)
+        assert_one_line(run, "meta.properties", "missing" if damage == "missing" else "node.id")
+    assert tree_contents(log_dir) == before
+
+
+# ---------------------------------------------------------------- the KRaft metadata log
+def _missing_index(log_dir: Path) -> None:
+    (log_dir / METADATA_INDEX).unlink()
+
+
+def _odd_index(log_dir: Path) -> None:
+    with open(log_dir / METADATA_INDEX, "r+b") as f:
+        f.truncate(5)
+
+
+def _log_shorter_than_its_index(log_dir: Path) -> None:
+    with open(log_dir / METADATA_LOG, "r+b") as f:   # the index points at position 4123
+        f.truncate(4000)
+
+
+@pytest.mark.parametrize("damage", [_missing_index, _odd_index, _log_shorter_than_its_index],
+                         ids=["missing-index", "odd-index", "log-shorter-than-index"])
+def test_a_damaged_metadata_log_index_stops_neither_the_tools_nor_the_broker(log_dir, damage):
+    """kstore only replays KRaft's log (from its .log files): its index is not needed, and
+    it was the reason every tool and `kstore serve` refused the whole directory."""
+    damage(log_dir)
+    metadata_before = tree_contents(log_dir / METADATA)
+    run = kstore_process("get-offsets", "--log-dir", str(log_dir))
+    assert run.returncode == 0 and run.stdout == "foo:0:3\n", run.stderr
+    warning = run.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith(f"{METADATA} not loaded"), run.stderr
+    assert "read-only tools never rebuild" not in warning[0]   # no advice that does not apply
+    with Broker(str(log_dir)) as broker:   # the broker `kstore serve` runs
+        assert broker.describe_topic("foo").topic_id == "fZi4qEpCTsik-rzkyV0Ypg"
+        assert broker.list_offsets("foo", 0, -1).offset == 3
+    assert tree_contents(log_dir / METADATA) == metadata_before
+
+
+def test_a_damaged_metadata_batch_is_named_with_its_file_and_offset(log_dir, kstore):  # noqa: F811
+    flip(log_dir / METADATA_LOG, 5000, 0xFF)
+    before = tree_contents(log_dir)
+    for tool in (["topics", "--list"], ["serve", "--port", "0"]):
+        run = refused(tool, log_dir, kstore)
+        assert_one_line(run, str(log_dir / METADATA_LOG), "batch at offset 67")
+    after = tree_contents(log_dir)
+    assert after.pop(".lock", b"") == b""   # the empty lock file a starting broker takes, as Kafka's
+    assert after == before
+
+
+# ---------------------------------------------------------------- where the log dir is
+def test_a_log_dir_that_is_a_file_gets_one_line(tmp_path, kstore):  # noqa: F811
+    path = tmp_path / "logs"
+    path.write_text("not a directory")
+    for tool in (["serve", "--port", "0"], ["topics", "--list"], ["produce", "--topic", "t"]):
+        run = refused(tool, path, kstore)
+        assert_one_line(run, f"log directory {path} is not a directory")
+    assert path.read_text() == "not a directory"
+
+
+# ---------------------------------------------------------------- recovery says what it did
+def test_recovery_of_a_kafka_log_says_what_it_cut(log_dir, caplog):
+    (log_dir / ".kafka_cleanshutdown").unlink()           # a crash...
+    with open(log_dir / FOO_LOG, "r+b") as f:
+        f.truncate(120)                                    # ...in the middle of the 2nd batch
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        with Broker(str(log_dir)) as broker:
+            assert broker.list_offsets("foo", 0, -1).offset == 2   # the whole 1st batch is kept
+    said = [r.getMessage() for r in caplog.records if r.name == "kstore.log_manager"]
+    assert said == ["foo-0: truncated 40 invalid byte(s) at the end of segment 0"]
+    assert (log_dir / FOO_LOG).stat().st_size == 80
+
+
+def test_a_clean_load_says_nothing(log_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        Broker(str(log_dir)).close()
+    assert [r for r in caplog.records if r.name == "kstore.log_manager"] == []
+
+
+# ---------------------------------------------------------------- dump-log
+def test_dump_log_of_a_damaged_batch_prints_what_is_before_it_and_fails(log_dir):
+    segment = log_dir / FOO_LOG
+    flip(segment, 149)                                     # inside the 2nd batch's last record
+    run = kstore_process("dump-log", "--deep-iteration", str(segment))
+    assert run.returncode == 1
+    lines = run.stdout.splitlines()
+    assert lines[2].startswith("baseOffset: 0 lastOffset: 1 ") and lines[2].endswith("isvalid: true")
+    assert lines[5].startswith("baseOffset: 2 ") and lines[5].endswith("isvalid: false")
+    assert run.stderr.strip().splitlines() == [
+        "00000000000000000000.log: stopped at position 80: found invalid number of record "
+        "headers -1"]
+
+
+def test_dump_log_prints_a_producer_snapshot_as_kafka_does(log_dir):
+    run = kstore_process("dump-log", str(log_dir / "foo-0" / "00000000000000000003.snapshot"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1] == (   # currentTxnFirstOffset is a Java OptionalLong
+        "producerId: 0 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        "OptionalLong.empty lastTimestamp: 1725272041932 firstSequence: 2 lastSequence: 2 "
+        "lastOffset: 2 offsetDelta: 0 timestamp: 1725272041932")
+
+
+# ---------------------------------------------------------------- bad command lines
+@pytest.mark.parametrize("args,fragments", [
+    (["serve", "--port", "99999"], ["--port must be between 0 and 65535", "not 99999"]),
+    (["serve", "--port", "-1"], ["--port must be between 0 and 65535"]),
+    (["consumer-groups", "--describe"], ["need --group"]),
+    (["consumer-groups", "--reset-offsets", "--group", "g", "--topic", "foo:x", "--to-earliest",
+      "--execute"], ["--topic 'foo:x'", "partition numbers"]),
+])
+def test_bad_arguments_get_one_line_and_change_nothing(log_dir, args, fragments, kstore):  # noqa: F811
+    before = tree_contents(log_dir)
+    assert_one_line(refused(args, log_dir, kstore), *fragments)
+    assert tree_contents(log_dir) == before
+
+
+def test_max_messages_minus_one_means_no_limit_as_in_kafka(log_dir, kstore):  # noqa: F811
+    run = kstore("consume", "--log-dir", str(log_dir), "--topic", "foo", "--from-beginning",
+                 "--max-messages", "-1")
+    assert run.returncode == 0 and run.stdout == "m1\nm2\nm3\n", run.stderr

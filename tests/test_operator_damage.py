@@ -120,6 +120,14 @@ def test_a_log_dir_that_is_a_file_gets_one_line(tmp_path, kstore):  # noqa: F811
     assert path.read_text() == "not a directory"
 
 
+def test_a_file_the_broker_cannot_open_gets_one_line_not_a_traceback(log_dir):
+    """Permissions, a directory where a file should be...: the OS error, with its path. (A
+    `.lock` directory stands in for an unwritable file, which root could still write.)"""
+    (log_dir / ".lock").mkdir()
+    run = kstore_process("serve", "--port", "0", "--log-dir", str(log_dir))
+    assert_one_line(run, "kstore serve: IsADirectoryError", str(log_dir / ".lock"))
+
+
 # ---------------------------------------------------------------- recovery says what it did
 def test_recovery_of_a_kafka_log_says_what_it_cut(log_dir, caplog):
     (log_dir / ".kafka_cleanshutdown").unlink()           # a crash...
@@ -180,3 +188,30 @@ def test_max_messages_minus_one_means_no_limit_as_in_kafka(log_dir, kstore):  # 
     run = kstore("consume", "--log-dir", str(log_dir), "--topic", "foo", "--from-beginning",
                  "--max-messages", "-1")
     assert run.returncode == 0 and run.stdout == "m1\nm2\nm3\n", run.stderr
+
+
+# ---------------------------------------------------------------- kafka-consumer-groups' columns
+def test_consumer_groups_tables_have_kafkas_column_widths(tmp_path, kstore):  # noqa: F811
+    """ConsumerGroupCommand pads with printf: names to at least 15, PARTITION to 10, offsets
+    to 15, the last column not at all; an operator's scripts cut its output by column."""
+    from kstore.records import Record, build_batch
+    log_dir = tmp_path / "logs"
+    with Broker(str(log_dir)) as broker:
+        broker.create_topic("t", 1)
+        broker.produce("t", 0, build_batch([Record(b"k", b"v", 1_700_000_000_000)] * 3))
+        broker.group_coordinator.commit_offsets("g", {("t", 0): 1})
+    offsets = "\n%-15s %-15s %-10s %-15s %-15s %-15s %-15s %-15s %s"
+    run = kstore("consumer-groups", "--log-dir", str(log_dir), "--describe", "--group", "g")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == (offsets % ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
+                                     "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")
+                          + offsets % ("g", "t", 0, 1, 3, 2, "-", "-", "-") + "\n")
+    run = kstore("consumer-groups", "--log-dir", str(log_dir), "--describe", "--group", "g",
+                 "--members")
+    assert run.stdout == "\n%-15s %-15s %-15s %-15s %-15s \n" % (
+        "GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    run = kstore("consumer-groups", "--log-dir", str(log_dir), "--reset-offsets", "--group", "g",
+                 "--topic", "t", "--to-earliest", "--dry-run")
+    reset = "\n%-15s %-15s %-10s %s"
+    assert run.stdout == (reset % ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
+                          + reset % ("g", "t", 0, 0) + "\n")

@@ -17,12 +17,18 @@ def _dump_log(args: argparse.Namespace) -> int:
     if not files:
         print("dump-log: give at least one file (positional or --files a,b)", file=sys.stderr)
         return 2
+    for name in ("max_bytes", "max_message_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise KStoreError(f"--{name.replace('_', '-')} must be 1 or more, not {value}")
     ok = True
     for path in files:
         ok &= dump_file(path, print_data=args.print_data_log,
                         index_sanity_check=args.index_sanity_check,
                         deep_iteration=args.deep_iteration, offsets_decoder=args.offsets_decoder,
-                        transaction_log_decoder=args.transaction_log_decoder)
+                        transaction_log_decoder=args.transaction_log_decoder,
+                        skip_record_metadata=args.skip_record_metadata, max_bytes=args.max_bytes,
+                        verify_index_only=args.verify_index_only)
     return 0 if ok else 1
 
 
@@ -44,6 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="decode __transaction_state records (transaction metadata) as JSON")
     dump.add_argument("--index-sanity-check", action="store_true",
                       help="only run the index sanity check Kafka runs at startup")
+    dump.add_argument("--verify-index-only", action="store_true",
+                      help="check an .index against its .log, printing only the mismatches")
+    dump.add_argument("--skip-record-metadata", action="store_true",
+                      help="print records without their offset, timestamp, sizes and headers")
+    dump.add_argument("--max-bytes", type=int, metavar="SIZE",
+                      help="read only the batches within the first SIZE bytes of each .log")
+    dump.add_argument("--max-message-size", type=int, metavar="SIZE",
+                      help="accepted for kafka-dump-log.sh's command lines; kstore reads each "
+                           "batch whole whatever its size")
     dump.set_defaults(func=_dump_log)
     from .tools import add_parsers
     add_parsers(sub)

@@ -215,3 +215,34 @@ def test_consumer_groups_tables_have_kafkas_column_widths(tmp_path, kstore):  # 
     reset = "\n%-15s %-15s %-10s %s"
     assert run.stdout == (reset % ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
                           + reset % ("g", "t", 0, 0) + "\n")
+
+
+# ---------------------------------------------------------------- kafka-dump-log.sh's options
+def test_dump_log_options_an_operator_copies_from_kafka(log_dir, tmp_path):
+    segment = log_dir / FOO_LOG
+    run = kstore_process("dump-log", "--print-data-log", "--skip-record-metadata", str(segment))
+    assert run.returncode == 0, run.stderr
+    # Kafka's own spacing: without a key the line starts with " payload:"
+    assert [line for line in run.stdout.splitlines() if "payload" in line] == [
+        " payload: m1", " payload: m2", " payload: m3"]
+    run = kstore_process("dump-log", "--max-bytes", "100", str(segment))   # only the 80-byte batch
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0 and len(lines) == 3 and lines[2].startswith("baseOffset: 0 ")
+    index = tmp_path / "00000000000000000000.index"
+    index.write_bytes((1).to_bytes(4, "big") + (80).to_bytes(4, "big"))   # offset 1 is not at 80
+    (tmp_path / "00000000000000000000.log").write_bytes(segment.read_bytes())
+    run = kstore_process("dump-log", "--verify-index-only", str(index))
+    assert run.stdout.splitlines()[1:] == []   # no entries printed, only the mismatch
+    assert run.stderr.splitlines() == [f"Mismatches in :{index}", "  Index offset: 1, log offset: 2"]
+    assert kstore_process("dump-log", "--max-message-size", "1048576", str(segment)).returncode == 0
+
+
+def test_dump_log_lists_non_consecutive_offsets_as_kafka_does(tmp_path):
+    from kstore.records import Record, build_batch
+    segment = tmp_path / "00000000000000000000.log"   # a compacted log: offsets 0, 1, then 5
+    segment.write_bytes(build_batch([Record(b"a", b"1", 1), Record(b"b", b"2", 2)])
+                        + build_batch([Record(b"a", b"3", 3)], base_offset=5))
+    run = kstore_process("dump-log", "--deep-iteration", str(segment))
+    assert run.returncode == 0 and run.stdout.count("| offset:") == 3
+    assert run.stderr.splitlines() == [f"Non-consecutive offsets in {segment}",
+                                       "  1 is followed by 5"]

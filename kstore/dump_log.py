@@ -222,7 +222,11 @@ def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool,
         index.close_handler()
 
 
-def dump_time_index(path: str, out: TextIO, sanity_only: bool) -> None:
+def dump_time_index(path: str, out: TextIO, err: TextIO, sanity_only: bool,
+                    verify_only: bool = False) -> None:
+    """The entries, each checked against the segment as DumpLogSegments.dumpTimeIndex checks
+    them: the indexed offset must end a batch whose largest record timestamp is the indexed one,
+    and timestamps must grow. What does not hold is listed on stderr, in Kafka's words."""
     base = offset_from_file_name(path)
     index = TimeIndex(path, base, writable=False)
     try:
@@ -230,13 +234,68 @@ def dump_time_index(path: str, out: TextIO, sanity_only: bool) -> None:
             index.sanity_check()
             out.write(f"{path} passed sanity check.\n")
             return
-        for i in range(index.entries):
-            entry = index.entry(i)
-            if entry.offset == base and i > 0:
-                break
-            out.write(f"timestamp: {entry.timestamp} offset: {entry.offset}\n")
+        check = _TimeIndexCheck(path, base)
+        try:
+            for i in range(index.entries):
+                entry = index.entry(i)
+                if entry.offset == base and i > 0:
+                    break
+                check.entry(entry.timestamp, entry.offset)
+                if not verify_only:
+                    out.write(f"timestamp: {entry.timestamp} offset: {entry.offset}\n")
+        finally:
+            check.close()
+        check.report(err)
     finally:
         index.close_handler()
+
+
+class _TimeIndexCheck:
+    """The segment a time index belongs to, for checking its entries (nothing when absent)."""
+
+    def __init__(self, path: str, base: int):
+        log_path, index_path = _companion(path, ".log"), _companion(path, ".index")
+        self.records = (FileRecords(log_path, file_already_exists=True, read_only=True)
+                        if os.path.exists(log_path) else None)
+        self.offsets = (OffsetIndex(index_path, base, writable=False)
+                        if self.records is not None and os.path.exists(index_path) else None)
+        self.path, self.previous = os.path.abspath(path), -1
+        self.mismatches: list[tuple[int, int]] = []
+        self.out_of_order: list[tuple[int, int]] = []
+        self.not_found: list[tuple[int, int]] = []
+
+    def entry(self, timestamp: int, offset: int) -> None:
+        if self.records is None:
+            return
+        start = self.offsets.lookup(offset).position if self.offsets is not None else 0
+        batch = next((b for b in self.records.batches(start) if b.last_offset >= offset), None)
+        if batch is None or batch.last_offset != offset:
+            self.not_found.append((offset, -1 if batch is None else batch.last_offset))
+        else:
+            largest = max((r.timestamp for r in batch.records()), default=-1)
+            if largest != timestamp:
+                self.mismatches.append((timestamp, largest))
+            if self.previous >= timestamp:
+                self.out_of_order.append((timestamp, self.previous))
+        self.previous = timestamp
+
+    def report(self, err: TextIO) -> None:
+        if self.mismatches:
+            err.write(f"Found timestamp mismatch in :{self.path}\n")
+            err.writelines(f"  Index timestamp: {i}, log timestamp: {g}\n" for i, g in self.mismatches)
+        if self.out_of_order:
+            err.write(f"Found out of order timestamp in :{self.path}\n")
+            err.writelines(f"  Index timestamp: {i}, Previously indexed timestamp: {p}\n"
+                           for i, p in self.out_of_order)
+        if self.not_found:
+            err.write("The following indexed offsets are not found in the log.\n")
+            err.writelines(f"Indexed offset: {i}, found log offset: {g}\n" for i, g in self.not_found)
+
+    def close(self) -> None:
+        if self.offsets is not None:
+            self.offsets.close_handler()
+        if self.records is not None:
+            self.records.close_handlers()
 
 
 def dump_snapshot(path: str, out: TextIO) -> None:
@@ -290,7 +349,7 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         elif name.endswith(".index"):
             dump_index(path, out, err, index_sanity_check, verify_index_only)
         elif name.endswith(".timeindex"):
-            dump_time_index(path, out, index_sanity_check)
+            dump_time_index(path, out, err, index_sanity_check, verify_index_only)
         elif name.endswith(".snapshot"):
             dump_snapshot(path, out)
         elif name.endswith(".txnindex"):

@@ -246,3 +246,21 @@ def test_dump_log_lists_non_consecutive_offsets_as_kafka_does(tmp_path):
     assert run.returncode == 0 and run.stdout.count("| offset:") == 3
     assert run.stderr.splitlines() == [f"Non-consecutive offsets in {segment}",
                                        "  1 is followed by 5"]
+
+
+def test_dump_log_checks_a_time_index_against_its_segment(log_dir):
+    """Kafka's tool checks each time index entry against the batch it points at; the files the
+    real broker wrote pass, a damaged entry is listed in Kafka's words."""
+    timeindex = log_dir / METADATA / "00000000000000000000.timeindex"
+    run = kstore_process("dump-log", str(timeindex))
+    assert run.returncode == 0 and run.stderr == "" and run.stdout.count("timestamp: ") == 3
+    data = bytearray(timeindex.read_bytes())
+    data[12:20] = (1725272038000).to_bytes(8, "big")   # the 2nd entry now goes back in time
+    timeindex.write_bytes(bytes(data))
+    run = kstore_process("dump-log", str(timeindex))
+    assert run.returncode == 0
+    assert run.stderr.splitlines() == [
+        f"Found timestamp mismatch in :{timeindex}",
+        "  Index timestamp: 1725272038000, log timestamp: 1725272048281",
+        f"Found out of order timestamp in :{timeindex}",
+        "  Index timestamp: 1725272038000, Previously indexed timestamp: 1725272038072"]

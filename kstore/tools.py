@@ -27,12 +27,12 @@ from .producer import Producer
 from .remote_broker import RemoteBroker
 
 
-def _properties(items: list[str] | None) -> dict[str, str]:
+def _properties(items: list[str] | None, option: str = "--property") -> dict[str, str]:
     props = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep:
-            raise KStoreError(f"--property takes name=value, got {item!r}")
+            raise KStoreError(f"{option} takes name=value, got {item!r}")
         props[name.strip()] = value
     return props
 
@@ -61,20 +61,14 @@ def topics(args, out: TextIO) -> int:
     actions = [a for a in ("create", "list", "describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise KStoreError("give exactly one of --create, --list, --describe, --alter")
+    if args.create:   # checked before the log dir is opened: a refused --create writes nothing
+        configs = _create_arguments(args)
     with _open(args, read_only=args.list or args.describe) as broker:
         if args.list:
             for name in sorted(broker.topics(include_internal=True)):
                 out.write(name + "\n")
         elif args.create:
-            if not args.topic:
-                raise KStoreError("--create needs --topic")
-            configs = _properties(args.config)
             rf = args.replication_factor
-            if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
-                raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
-                                  f"not {rf}")
-            if args.partitions is not None and args.partitions < 1:
-                raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
             broker.create_topic(args.topic, args.partitions, 1 if rf is None else rf, configs)
             out.write(f"Created topic {args.topic}.\n")
         elif args.alter:
@@ -96,6 +90,25 @@ def topics(args, out: TextIO) -> int:
                               f"Replicas: {','.join(map(str, p.replicas))}\t"
                               f"Isr: {','.join(map(str, p.isr))}\n")
     return 0
+
+
+def _create_arguments(args) -> dict[str, str]:
+    """The checks of TopicCommand, and (offline) the topic's name and configs; its configs."""
+    if not args.topic:
+        raise KStoreError("--create needs --topic")
+    configs = _properties(args.config, "--config")
+    rf = args.replication_factor
+    if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
+        raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
+                          f"not {rf}")
+    if args.partitions is not None and args.partitions < 1:
+        raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
+    if not args.bootstrap_server:   # a broker checks them itself, with the same rules
+        from .config import LogConfig
+        from .topic import validate_topic_name
+        validate_topic_name(args.topic)
+        LogConfig(configs)
+    return configs
 
 
 # ------------------------------------------------------------------------------ kstore produce
@@ -156,7 +169,7 @@ def consume(args, out: TextIO) -> int:
     with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
-        consumer_props = _properties(args.consumer_property)
+        consumer_props = _properties(args.consumer_property, "--consumer-property")
         consumer = Consumer(broker, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
                             enable_auto_commit=args.group is not None,
@@ -398,7 +411,7 @@ def _serve(args) -> int:
         from .server import raise_open_file_limit
         raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
-                           broker_config=_properties(args.override), zero_copy=not args.copy_fetch)
+                           broker_config=_properties(args.override, "--override"), zero_copy=not args.copy_fetch)
         print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "
               f"{args.host}:{args.port}", flush=True)
         node.run()
@@ -406,5 +419,5 @@ def _serve(args) -> int:
         return 0
     from .server import serve
     serve(args.log_dir, args.host, args.port, zero_copy=not args.copy_fetch,
-          broker_config=_properties(args.override))
+          broker_config=_properties(args.override, "--override"))
     return 0

@@ -264,3 +264,17 @@ def test_dump_log_checks_a_time_index_against_its_segment(log_dir):
         "  Index timestamp: 1725272038000, log timestamp: 1725272048281",
         f"Found out of order timestamp in :{timeindex}",
         "  Index timestamp: 1725272038000, Previously indexed timestamp: 1725272038072"]
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--config", "retention.ms=abc"], "Invalid value 'abc' for configuration retention.ms"),
+    (["--config", "no.such=1"], "Unknown topic config name: no.such"),
+    (["--config", "retention.ms"], "--config takes name=value, got 'retention.ms'"),
+    (["--topic", "a b"], "topic name 'a b' is illegal"),
+])
+def test_a_refused_create_writes_nothing_in_a_new_log_dir(tmp_path, args, fragment, kstore):  # noqa: F811
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    run = kstore("topics", "--log-dir", str(log_dir), "--create", "--topic", "t", *args)
+    assert_one_line(run, fragment)
+    assert list(log_dir.iterdir()) == []   # no meta.properties, checkpoints, metadata file

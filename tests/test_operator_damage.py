@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kstore.broker import Broker
+from kstore.metadata_image import load_metadata_image
 from test_broker_clients import snapshot as tree_contents
 from test_cli_errors import assert_one_line, kstore  # noqa: F401 (fixture)
 
@@ -278,3 +279,12 @@ def test_a_refused_create_writes_nothing_in_a_new_log_dir(tmp_path, args, fragme
     run = kstore("topics", "--log-dir", str(log_dir), "--create", "--topic", "t", *args)
     assert_one_line(run, fragment)
     assert list(log_dir.iterdir()) == []   # no meta.properties, checkpoints, metadata file
+
+
+# ---------------------------------------------------------------- serving a Kafka dir
+def test_new_producer_ids_start_above_those_kafka_handed_out(log_dir):
+    """The metadata log's ProducerIdsRecord says Kafka's controller gave out ids 0-999; a
+    producer of the Kafka broker (id 0 in foo-0's snapshot) must not meet a new one with its id."""
+    assert load_metadata_image(str(log_dir)).next_producer_id == 1000
+    with Broker(str(log_dir)) as broker:
+        assert broker.allocate_producer_id() == 1000

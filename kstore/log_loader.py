@@ -34,6 +34,7 @@ class RecoveryReport:
     recovered_segments: list[tuple[int, int, str | None]] = field(default_factory=list)  # (base, bytes cut, error)
     removed_after_corruption: list[int] = field(default_factory=list)
     truncated_bytes: int = 0
+    started_empty_at: int | None = None   # no segment was left: a new empty one at this offset
 
     def summary(self) -> str:
         if not (self.deleted_files or self.completed_swaps or self.rebuilt_indexes
@@ -65,6 +66,9 @@ class RecoveryReport:
                   for base, cut, error in self.recovered_segments if cut > 0]
         lines += [f"deleted segment {base}, which followed the damage"
                   for base in self.removed_after_corruption]
+        if self.started_empty_at is not None:
+            lines.append(f"no segment (.log) file was left: the log starts empty at offset "
+                         f"{self.started_empty_at}")
         return lines
 
 
@@ -254,10 +258,13 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
     if segments and next_offset < log_start_offset_checkpoint:
         # Files were lost: the data the checkpoint promises is not on disk.
         for seg in segments.values():
+            report.deleted_files.append(os.path.basename(seg.log.path))
             seg.delete_files()
         segments.clear()
     if not segments:
         base = log_start_offset_checkpoint
+        if report.deleted_files or report.recovered_segments:
+            report.started_empty_at = base   # not a new log: its files were lost or removed
         segments[base] = LogSegment.open(directory, base, config, clock,
                                          init_file_size=config.initial_file_size,
                                          preallocate=config.preallocate)

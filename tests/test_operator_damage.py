@@ -288,3 +288,24 @@ def test_new_producer_ids_start_above_those_kafka_handed_out(log_dir):
     assert load_metadata_image(str(log_dir)).next_producer_id == 1000
     with Broker(str(log_dir)) as broker:
         assert broker.allocate_producer_id() == 1000
+
+
+def test_the_broker_says_when_it_drops_a_torn_producer_snapshot(log_dir, caplog):
+    with open(log_dir / "foo-0" / "00000000000000000003.snapshot", "r+b") as f:
+        f.truncate(20)
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        with Broker(str(log_dir)) as broker:
+            assert broker.list_offsets("foo", 0, -1).offset == 3
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("kstore.")]
+    assert len(said) == 1 and said[0].startswith(
+        "foo-0: deleted unreadable producer snapshot 00000000000000000003.snapshot (")
+
+
+def test_recovery_says_when_every_segment_is_gone(log_dir, caplog):
+    (log_dir / FOO_LOG).unlink()                           # a segment lost with its data
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        with Broker(str(log_dir)) as broker:
+            assert broker.list_offsets("foo", 0, -1).offset == 0
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("kstore.")]
+    assert "foo-0: no segment (.log) file was left: the log starts empty at offset 0" in said
+    assert "foo-0: deleted 00000000000000000000.index" in said

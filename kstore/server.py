@@ -113,6 +113,7 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
         return self
 
     _startup_error: BaseException | None = None
+    on_listening = None   # called once the socket is bound (self.port is the real port then)
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -138,6 +139,8 @@ class KafkaServer(AdminApis, GroupApis, TransactionApis):
             kinds={"append", "high_watermark"})
         timers = asyncio.create_task(self._timers())
         accept = asyncio.create_task(self._accept_loop())
+        if self.on_listening is not None:   # e.g. `kstore serve` prints the port it got
+            self.on_listening()
         self._ready.set()
         await self._stop_event.wait()
         accept.cancel()
@@ -797,8 +800,10 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
     broker.logs.start_retention()
     broker.logs.start_producer_expiration()
     broker.logs.start_cleaner()
-    print(f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
-          f"{host}:{port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
+    # printed once listening: with --port 0 the port the OS chose, never a port not yet bound
+    server.on_listening = lambda: print(
+        f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
+        f"{host}:{server.port} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)
     try:
         asyncio.run(server.serve())
         if server._startup_error is not None:

@@ -309,3 +309,31 @@ def test_recovery_says_when_every_segment_is_gone(log_dir, caplog):
     said = [r.getMessage() for r in caplog.records if r.name.startswith("kstore.")]
     assert "foo-0: no segment (.log) file was left: the log starts empty at offset 0" in said
     assert "foo-0: deleted 00000000000000000000.index" in said
+
+
+def test_serve_on_port_0_prints_the_port_it_got_and_a_real_client_reads_there(log_dir):
+    """An operator starts `kstore serve --port 0` on a copy of Kafka's dir (its metadata index
+    lost), reads the port from the banner and points confluent-kafka at it. The banner said
+    port 0, and came before the socket was bound."""
+    import re
+    import signal
+    from test_clients import ck_consume
+    (log_dir / METADATA_INDEX).unlink()
+    proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir),
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT)
+    try:
+        lines = []
+        for line in proc.stdout:   # ends when the process does: a refused start fails below
+            lines.append(line)
+            if " serving " in line:
+                break
+        banner = re.search(r"serving .* on 127\.0\.0\.1:(\d+) ", lines[-1])
+        assert banner and int(banner.group(1)) > 0, "".join(lines)
+        records = ck_consume(f"127.0.0.1:{banner.group(1)}", "foo", 0)
+        assert [r["value"] for r in records] == [b"m1", b"m2", b"m3"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0 and "stopped cleanly" in rest
+    assert any(line.startswith("[") and f"WARNING {METADATA} not loaded" in line for line in lines)

@@ -91,6 +91,8 @@ def _describe_offsets(broker, coordinator, description, out: TextIO, err: TextIO
         lag = "-" if om is None else str(max(end - om.offset, 0))
         who = ("-", "-", "-") if member is None else (member.member_id, member.host, member.client_id)
         rows.append((description.group_id, topic, str(partition), current, str(end), lag, *who))
+    if not rows:   # Kafka prints no table for a group with nothing to show (the state line only)
+        return 0
     # %-Gs %-Ts %-10s %-15s %-15s %-15s %-Cs %-Hs %s; G, T, C, H at least 15, else the widest
     _table(out, ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                  "CONSUMER-ID", "HOST", "CLIENT-ID"), rows, (15, 15, -10, -15, -15, -15, 15, 15, 0))

@@ -112,6 +112,23 @@ def _broker_id_from(log_dir: str) -> int:
     return int(value)
 
 
+def _check_cluster_id(log_dir: str, known: str | None) -> None:
+    """Kafka refuses a log dir whose meta.properties names another cluster than the one it
+    joins (InconsistentClusterIdException); kstore, whose cluster is its metadata file, refuses
+    the same mismatch, and a meta.properties whose cluster has no metadata file: starting a new
+    cluster there would hide every topic of the directory."""
+    path = os.path.join(log_dir, "meta.properties")
+    stored = read_properties(path).get("cluster.id") if os.path.exists(path) else None
+    if not stored or stored == known:
+        return
+    if known is None:
+        raise LogError(f"{path} says the directory belongs to cluster {stored}, but "
+                       f"{os.path.join(log_dir, METADATA_FILE)}, which holds its topics, is "
+                       f"missing (lost, or written by a Kafka broker in ZooKeeper mode)")
+    raise LogError(f"the cluster id {known} in {METADATA_FILE} does not match the cluster id "
+                   f"{stored} stored in {path}")
+
+
 def normalize_acks(acks) -> int:
     """0, 1 and −1 ('all') are the only legal values (INVALID_REQUIRED_ACKS otherwise); like
     Kafka's producer config, the strings "0", "1", "-1" and "all" are accepted too."""
@@ -154,11 +171,25 @@ class Broker:
             os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
         self._lock_fd = self._lock_dir()
+        try:
+            self._start(broker_id, host, port, metadata, transport, truncation_mode)
+        except BaseException:
+            # A refused start must not leave the directory locked: in a notebook the process,
+            # and with it the lock, lives on, and every retry would find the directory "in use".
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise
+
+    def _start(self, broker_id: int, host: str, port: int, metadata, transport,
+               truncation_mode: str) -> None:
+        """Everything after taking the directory's lock: metadata, logs, replication, controller."""
+        read_only = self.read_only
         standalone = metadata is None
         self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE),
                                                   persist=not read_only)
         if standalone:
             import_kraft_metadata(self.metadata, self.log_dir)
+            _check_cluster_id(self.log_dir, self.metadata.cluster_id)
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
         if not read_only:
             self._write_meta_properties()

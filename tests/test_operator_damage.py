@@ -337,3 +337,52 @@ def test_serve_on_port_0_prints_the_port_it_got_and_a_real_client_reads_there(lo
         rest = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0 and "stopped cleanly" in rest
     assert any(line.startswith("[") and f"WARNING {METADATA} not loaded" in line for line in lines)
+
+
+# ---------------------------------------------------------------- kstore's own metadata file
+@pytest.fixture
+def kstore_dir(tmp_path) -> Path:
+    from kstore.records import Record, build_batch
+    log_dir = tmp_path / "logs"
+    with Broker(str(log_dir)) as broker:
+        broker.create_topic("t", 2)
+        broker.produce("t", 1, build_batch([Record(b"k", b"v", 1_700_000_000_000)]))
+    return log_dir
+
+
+def test_a_torn_metadata_file_gets_one_line(kstore_dir, kstore):  # noqa: F811
+    (kstore_dir / "kstore-cluster-metadata.json").write_text("{garbage")
+    before = tree_contents(kstore_dir)
+    for tool in (["topics", "--describe"], ["serve", "--port", "0"]):
+        run = refused(tool, kstore_dir, kstore)
+        assert_one_line(run, "kstore-cluster-metadata.json is not valid JSON")
+    assert tree_contents(kstore_dir) == before
+
+
+def test_a_lost_metadata_file_is_not_replaced_by_a_new_empty_cluster(kstore_dir, kstore):  # noqa: F811
+    """Kafka refuses a dir whose meta.properties names another cluster; kstore started a new
+    one there, and topic t, still on disk, vanished from every tool and client."""
+    (kstore_dir / "kstore-cluster-metadata.json").unlink()
+    before = tree_contents(kstore_dir)
+    for tool in (["topics", "--describe"], ["serve", "--port", "0"]):
+        run = refused(tool, kstore_dir, kstore)
+        assert_one_line(run, "meta.properties says the directory belongs to cluster",
+                        "kstore-cluster-metadata.json, which holds its topics, is missing")
+    assert tree_contents(kstore_dir) == before
+
+
+def test_a_refused_start_leaves_the_directory_unlocked(log_dir):
+    """In a notebook the process lives on: a broker that refused to start held the lock, and
+    every retry, even after the damage was repaired, found the directory "in use"."""
+    props = log_dir / "meta.properties"
+    good = props.read_text()
+    props.write_text("garbage\n")
+    with pytest.raises(Exception, match="no valid node.id"):
+        Broker(str(log_dir))
+    (log_dir / "kstore-cluster-metadata.json").write_text("{")   # fails after the lock is taken
+    props.write_text(good)
+    with pytest.raises(Exception, match="not valid JSON"):
+        Broker(str(log_dir))
+    (log_dir / "kstore-cluster-metadata.json").unlink()
+    with Broker(str(log_dir)) as broker:                         # repaired: it starts
+        assert broker.list_offsets("foo", 0, -1).offset == 3

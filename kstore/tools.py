@@ -403,6 +403,8 @@ def _serve(args) -> int:
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
     if not 0 <= args.port <= 65535:
         raise KStoreError(f"--port must be between 0 and 65535 (0: any free port), not {args.port}")
+    if not 0 <= args.broker_id <= 2**31 - 1:   # Kafka's node.id / broker.id: an int32, 0 or more
+        raise KStoreError(f"--broker-id must be between 0 and 2147483647, not {args.broker_id}")
     if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)

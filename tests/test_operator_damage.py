@@ -175,6 +175,7 @@ def test_dump_log_prints_a_producer_snapshot_as_kafka_does(log_dir):
 @pytest.mark.parametrize("args,fragments", [
     (["serve", "--port", "99999"], ["--port must be between 0 and 65535", "not 99999"]),
     (["serve", "--port", "-1"], ["--port must be between 0 and 65535"]),
+    (["serve", "--port", "0", "--broker-id", "-1"], ["--broker-id must be between 0 and 2147483647"]),
     (["consumer-groups", "--describe"], ["need --group"]),
     (["consumer-groups", "--reset-offsets", "--group", "g", "--topic", "foo:x", "--to-earliest",
       "--execute"], ["--topic 'foo:x'", "partition numbers"]),

@@ -116,6 +116,7 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
     props = _properties(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
     separator = _decode_separator(props.get("key.separator", "\t"))
+    _check_producer_arguments(args)   # before the log dir is opened: a refusal writes nothing
     with _open(args) as broker:
         producer = Producer(broker, acks=args.acks, batch_size=args.batch_size,
                             linger_ms=args.linger_ms, compression_type=args.compression_codec)
@@ -131,8 +132,11 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
                                       f"{line!r}")
             else:
                 value = line
-            futures.append((key, value, producer.send(args.topic, value, key=key,
-                                                       partition=args.partition)))
+            try:
+                future = producer.send(args.topic, value, key=key, partition=args.partition)
+            except ValueError as e:   # e.g. a --partition the topic does not have
+                raise KStoreError(str(e)) from None
+            futures.append((key, value, future))
         producer.close()
         progress.finish()
         failed = 0
@@ -147,6 +151,19 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
             out.write(f"sent {len(futures) - failed} record(s) in {producer.batches_sent} "
                       f"batch(es)\n")
     return 1 if failed else 0
+
+
+def _check_producer_arguments(args) -> None:
+    from .compression import Compression
+    for name, value in (("--batch-size", args.batch_size), ("--linger-ms", args.linger_ms)):
+        if value < 0:
+            raise KStoreError(f"{name} must be 0 or more, not {value}")
+    if args.partition is not None and args.partition < 0:
+        raise KStoreError(f"--partition must be 0 or more, not {args.partition}")
+    try:
+        Compression.from_name(args.compression_codec)
+    except ValueError as e:
+        raise KStoreError(f"--compression-codec: {e}") from None
 
 
 # ------------------------------------------------------------------------------ kstore consume

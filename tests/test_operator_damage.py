@@ -177,6 +177,10 @@ def test_dump_log_prints_a_producer_snapshot_as_kafka_does(log_dir):
     (["serve", "--port", "-1"], ["--port must be between 0 and 65535"]),
     (["serve", "--port", "0", "--broker-id", "-1"], ["--broker-id must be between 0 and 2147483647"]),
     (["consumer-groups", "--describe"], ["need --group"]),
+    (["produce", "--topic", "foo", "--compression-codec", "brotli"],
+     ["--compression-codec: unknown compression type 'brotli'"]),
+    (["produce", "--topic", "foo", "--linger-ms", "-1"], ["--linger-ms must be 0 or more"]),
+    (["produce", "--topic", "foo", "--partition", "-2"], ["--partition must be 0 or more"]),
     (["consumer-groups", "--reset-offsets", "--group", "g", "--topic", "foo:x", "--to-earliest",
       "--execute"], ["--topic 'foo:x'", "partition numbers"]),
 ])

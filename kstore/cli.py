@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from . import __version__
@@ -69,12 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The tools that print the engine's warnings on stderr (`serve` logs them to stdout itself).
+OPERATOR_TOOLS = ("dump-log", "topics", "produce", "consume", "get-offsets", "consumer-groups")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    warnings = None
+    if args.command in OPERATOR_TOOLS:   # the engine's warnings (a damaged file skipped...), one line each
+        warnings = logging.StreamHandler(sys.stderr)
+        warnings.setLevel(logging.WARNING)
+        logging.getLogger("kstore").addHandler(warnings)
     try:
         return args.func(args)
     except KStoreError as e:   # a clear one-line error, not a traceback
@@ -87,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:   # a file or directory the tool may not read or write: say which
         print(f"kstore {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    finally:
+        if warnings is not None:
+            logging.getLogger("kstore").removeHandler(warnings)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from .scheduler import Scheduler
 from .topic import partition_dir_name, validate_topic_name
 
 _log = logging.getLogger("kstore.log_manager")
+_log.addHandler(logging.NullHandler())   # quiet as a library (notebooks); the CLI and serve show it
 
 
 class LogManager:

@@ -54,6 +54,7 @@ from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ControlRec
 from . import producer_snapshot
 
 _log = logging.getLogger("kstore.producer_state")
+_log.addHandler(logging.NullHandler())   # quiet as a library (notebooks); the CLI and serve show it
 
 NUM_BATCHES_TO_RETAIN = 5                 # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 INT32_MAX = (1 << 31) - 1

@@ -391,3 +391,19 @@ def test_a_refused_start_leaves_the_directory_unlocked(log_dir):
     (log_dir / "kstore-cluster-metadata.json").unlink()
     with Broker(str(log_dir)) as broker:                         # repaired: it starts
         assert broker.list_offsets("foo", 0, -1).offset == 3
+
+
+def test_the_engine_in_a_notebook_stays_quiet_and_the_tools_speak(log_dir):
+    """The recovery warnings are for `kstore serve` and the CLI; the engine used as a library
+    (the chapters) writes nothing to stderr, whatever it repairs."""
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    with open(log_dir / FOO_LOG, "r+b") as f:
+        f.truncate(120)
+    code = ("from kstore.broker import Broker\n"
+            f"Broker({str(log_dir)!r}).close()\n")
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    (log_dir / METADATA_INDEX).unlink()
+    run = kstore_process("topics", "--list", "--log-dir", str(log_dir))
+    assert run.stdout == "foo\n" and run.stderr.startswith(f"{METADATA} not loaded")

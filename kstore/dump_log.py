@@ -139,8 +139,8 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
     False when a damaged batch stopped the dump (Kafka's tool dies with an exception there).
 
     `max_bytes` (--max-bytes) reads only the batches wholly inside the first bytes. With deep
-    iteration, offsets that do not follow one another (a compacted log) are listed at the end
-    on stderr, as Kafka's tool lists them."""
+    iteration, offsets that do not follow one another (a compacted log) are listed on stderr
+    in the words of Kafka's tool (which lists them after the dump)."""
     name = os.path.basename(path)
     if name.endswith(".log"):
         out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
@@ -153,8 +153,7 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
                               f"(<end offset>-<epoch>.checkpoint)")
         out.write(f"Snapshot end offset: {int(end_offset)}, epoch: {int(epoch)}\n")
     records = FileRecords(path, file_already_exists=True, read_only=True)
-    complete = True
-    gaps: list[tuple[int, int]] = []
+    complete, gaps = True, 0
     try:
         valid, last_offset = 0, -1
         try:
@@ -163,7 +162,10 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
                 if deep or print_data or offsets_decoder or transaction_log_decoder:
                     for record in batch.records():
                         if last_offset != -1 and record.offset != last_offset + 1:
-                            gaps.append((last_offset, record.offset))
+                            gaps += 1   # said at once: a compacted log may have millions
+                            if gaps == 1:
+                                err.write(f"Non-consecutive offsets in {os.path.abspath(path)}\n")
+                            err.write(f"  {last_offset} is followed by {record.offset}\n")
                         last_offset = record.offset
                         out.write(format_record(batch, record, print_data, offsets_decoder,
                                                 transaction_log_decoder, skip_metadata) + "\n")
@@ -176,10 +178,6 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
             out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
     finally:
         records.close_handlers()
-    if gaps:
-        err.write(f"Non-consecutive offsets in {os.path.abspath(path)}\n")
-        for first, second in gaps:
-            err.write(f"  {first} is followed by {second}\n")
     return complete
 
 

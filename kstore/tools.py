@@ -426,8 +426,12 @@ def _serve(args) -> int:
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)
     if args.cluster_dir:
+        if args.port == 0:   # it registers its port for the others before it listens
+            raise KStoreError("--cluster-dir needs a fixed --port: the other brokers reach this "
+                              "one at the port it registers in the cluster's metadata")
         from .cluster_node import ClusterNode
-        from .server import raise_open_file_limit
+        from .server import configure_logging, raise_open_file_limit
+        configure_logging()   # its recovery warnings on stdout too, as a lone broker's
         raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
                            broker_config=_properties(args.override, "--override"), zero_copy=not args.copy_fetch)

@@ -190,6 +190,14 @@ def test_bad_arguments_get_one_line_and_change_nothing(log_dir, args, fragments,
     assert tree_contents(log_dir) == before
 
 
+def test_a_cluster_broker_needs_a_fixed_port(tmp_path):
+    """It registers host:port for the other brokers before binding: port 0 was registered."""
+    run = kstore_process("serve", "--cluster-dir", str(tmp_path / "c"), "--broker-id", "0",
+                         "--port", "0")
+    assert_one_line(run, "--cluster-dir needs a fixed --port")
+    assert not (tmp_path / "c").exists()
+
+
 def test_max_messages_minus_one_means_no_limit_as_in_kafka(log_dir, kstore):  # noqa: F811
     run = kstore("consume", "--log-dir", str(log_dir), "--topic", "foo", "--from-beginning",
                  "--max-messages", "-1")

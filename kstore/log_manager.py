@@ -25,7 +25,7 @@ from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
-from .errors import KStoreError, LogError
+from .errors import CheckpointError, KStoreError, LogError
 from .events import EventBus
 from .log import Log, parse_topic_partition
 from .log_loader import READ_ONLY_HINT
@@ -89,8 +89,12 @@ class LogManager:
             # makes the next start trust those index files. (Read-only tools change nothing.)
             if not self.read_only:
                 os.remove(marker)
-        recovery_points = self._recovery_file.read()
-        start_offsets = self._start_file.read()
+        # As Kafka's LogManager: an unreadable checkpoint is not fatal, it only costs work —
+        # recovery from offset 0, log start offsets from each log's first segment.
+        recovery_points = self._read_or_reset(self._recovery_file, "resetting the recovery "
+                                              "checkpoint to 0")
+        start_offsets = self._read_or_reset(self._start_file, "resetting to the base offset of "
+                                            "the first segment")
         for name in sorted(os.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
             if not os.path.isdir(path) or name.endswith(("-delete", "-future", "-stray")):
@@ -120,6 +124,15 @@ class LogManager:
                 _log.warning("%s: %s", name, change)
             log.producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
             self._logs[tp] = log
+
+    @staticmethod
+    def _read_or_reset(checkpoint: OffsetCheckpointFile, reset: str) -> dict:
+        try:
+            return checkpoint.read()
+        except (CheckpointError, OSError, UnicodeDecodeError) as e:
+            _log.warning("Error occurred while reading %s, %s: %s",
+                         os.path.basename(checkpoint.path), reset, e)
+            return {}
 
     def config_for(self, topic: str) -> LogConfig:
         return self.default_config.with_overrides(self.topic_configs.get(topic, {}))

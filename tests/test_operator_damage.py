@@ -415,3 +415,24 @@ def test_the_engine_in_a_notebook_stays_quiet_and_the_tools_speak(log_dir):
     (log_dir / METADATA_INDEX).unlink()
     run = kstore_process("topics", "--list", "--log-dir", str(log_dir))
     assert run.stdout == "foo\n" and run.stderr.startswith(f"{METADATA} not loaded")
+
+
+@pytest.mark.parametrize("name,reset", [
+    ("recovery-point-offset-checkpoint", "resetting the recovery checkpoint to 0"),
+    ("log-start-offset-checkpoint", "resetting to the base offset of the first segment"),
+])
+def test_an_unreadable_offset_checkpoint_costs_recovery_not_the_start(log_dir, name, reset, caplog):
+    """Kafka's LogManager warns and resets (it refused to start in kstore); after a crash the
+    reset recovery point means every segment is recovered: the torn tail is still cut."""
+    (log_dir / name).write_text("0\n1\nfoo zero 3\n")
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    with open(log_dir / FOO_LOG, "ab") as f:
+        f.write(b"\x00" * 64)
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        with Broker(str(log_dir)) as broker:
+            assert broker.list_offsets("foo", 0, -1).offset == 3
+            assert broker.list_offsets("foo", 0, -2).offset == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "kstore.log_manager"]
+    assert said[0].startswith(f"Error occurred while reading {name}, {reset}: ")
+    assert "foo-0: truncated 64 invalid byte(s) at the end of segment 0" in said[1]
+    assert (log_dir / FOO_LOG).stat().st_size == 150

@@ -28,7 +28,8 @@ from .events import EventBus
 from .log import Isolation, Log, LogAppendInfo
 from .log_manager import LogManager
 from .metadata import METADATA_FILE, MetadataStore, new_uuid_string
-from .metadata_image import PARTITION_METADATA, import_kraft_metadata, read_properties
+from .metadata_image import (CLUSTER_METADATA_DIR, PARTITION_METADATA, import_kraft_metadata,
+                             is_kraft_log_dir, read_properties)
 from .segment import FetchDataInfo, TimestampAndOffset
 from .topic import validate_topic_name
 
@@ -90,14 +91,43 @@ def _check_partition_limit(count: int) -> None:
 
 
 def _broker_id_from(log_dir: str) -> int:
-    """The node id a log dir was written by (`meta.properties`), 0 when it has none."""
+    """The node id a log dir was written by (`meta.properties`), 0 for a new kstore dir.
+
+    Guessing 0 for a damaged file, or for a KRaft dir whose file is gone, would serve its
+    partitions as another node's (hosted by nobody) under a new cluster id; Kafka refuses to
+    start on such a directory, and so does kstore."""
     path = os.path.join(log_dir, "meta.properties")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        if is_kraft_log_dir(log_dir):
+            raise LogError(f"{path} is missing, but {log_dir} holds a KRaft metadata log "
+                           f"({CLUSTER_METADATA_DIR}): without it the node id is unknown")
+        return 0
+    try:
         props = read_properties(path)
-        value = props.get("node.id", props.get("broker.id", "0"))
-        if value.lstrip("-").isdigit():
-            return int(value)
-    return 0
+    except (OSError, UnicodeDecodeError) as e:
+        raise LogError(f"{path} cannot be read: {e}") from None
+    value = props.get("node.id", props.get("broker.id"))
+    if value is None or not value.strip().isdigit():
+        raise LogError(f"{path} has no valid node.id or broker.id (found {value!r}); it is not a "
+                       f"meta.properties file Kafka or kstore wrote")
+    return int(value)
+
+
+def _check_cluster_id(log_dir: str, known: str | None) -> None:
+    """Kafka refuses a log dir whose meta.properties names another cluster than the one it
+    joins (InconsistentClusterIdException); kstore, whose cluster is its metadata file, refuses
+    the same mismatch, and a meta.properties whose cluster has no metadata file: starting a new
+    cluster there would hide every topic of the directory."""
+    path = os.path.join(log_dir, "meta.properties")
+    stored = read_properties(path).get("cluster.id") if os.path.exists(path) else None
+    if not stored or stored == known:
+        return
+    if known is None:
+        raise LogError(f"{path} says the directory belongs to cluster {stored}, but "
+                       f"{os.path.join(log_dir, METADATA_FILE)}, which holds its topics, is "
+                       f"missing (lost, or written by a Kafka broker in ZooKeeper mode)")
+    raise LogError(f"the cluster id {known} in {METADATA_FILE} does not match the cluster id "
+                   f"{stored} stored in {path}")
 
 
 def normalize_acks(acks) -> int:
@@ -128,6 +158,8 @@ class Broker:
         `read_only` (the offline read-only tools) changes nothing in the directory: metadata is
         kept in memory, no file is created, written, trimmed or removed."""
         self.read_only = read_only
+        if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+            raise LogError(f"log directory {log_dir} is not a directory")
         if read_only and not os.path.isdir(log_dir):
             raise LogError(f"log directory {log_dir} does not exist")
         self.broker_id = _broker_id_from(log_dir) if broker_id is None else broker_id
@@ -140,11 +172,25 @@ class Broker:
             os.makedirs(log_dir, exist_ok=True)
         self.log_dir = os.path.abspath(log_dir)
         self._lock_fd = self._lock_dir()
+        try:
+            self._start(broker_id, host, port, metadata, transport, truncation_mode)
+        except BaseException:
+            # A refused start must not leave the directory locked: in a notebook the process,
+            # and with it the lock, lives on, and every retry would find the directory "in use".
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise
+
+    def _start(self, broker_id: int, host: str, port: int, metadata, transport,
+               truncation_mode: str) -> None:
+        """Everything after taking the directory's lock: metadata, logs, replication, controller."""
+        read_only = self.read_only
         standalone = metadata is None
         self.metadata = metadata or MetadataStore(os.path.join(self.log_dir, METADATA_FILE),
                                                   persist=not read_only)
         if standalone:
             import_kraft_metadata(self.metadata, self.log_dir)
+            _check_cluster_id(self.log_dir, self.metadata.cluster_id)
         self.cluster_id = self.metadata.ensure_cluster(broker_id, host, port, self.clock.milliseconds())
         if not read_only:
             self._write_meta_properties()

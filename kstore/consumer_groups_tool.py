@@ -24,13 +24,21 @@ from .errors import KStoreError
 ACTIVE_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable")
 
 
-def _table(out: TextIO, header: tuple, rows: list[tuple]) -> None:
-    """Columns as wide as their widest cell, as Kafka's tool prints them."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
-    out.write("\n" + " ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
+def _table(out: TextIO, header: tuple, rows: list[tuple], min_widths: tuple[int, ...],
+           blank_line_first: bool = True) -> None:
+    """ConsumerGroupCommand's printf tables: each column but the last left-aligned in at least
+    its minimum width (15 for names, 10 for PARTITION, 15 for offsets...), widened to its widest
+    cell for the columns Kafka widens, and the last column unpadded."""
+    widths = [max(minimum, len(h), *(len(r[i]) for r in rows)) if minimum >= 0 else -minimum
+              for i, (h, minimum) in enumerate(zip(header, min_widths))]
+
+    def line(cells) -> str:
+        *padded, last = cells
+        return "".join(c.ljust(w) + " " for c, w in zip(padded, widths)) + last
+
+    out.write(("\n" if blank_line_first else "") + line(header) + "\n")
     for r in rows:
-        out.write(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+        out.write(line(r) + "\n")
 
 
 def consumer_groups(broker, args, out: TextIO, err: TextIO | None = None) -> int:
@@ -39,7 +47,8 @@ def consumer_groups(broker, args, out: TextIO, err: TextIO | None = None) -> int
     if args.list:
         if args.state:   # --list --state: each group with its state (Kafka asks ListGroups v4+)
             _table(out, ("GROUP", "STATE"),
-                   [(g, coordinator.describe_group(g).state) for g in coordinator.groups()])
+                   [(g, coordinator.describe_group(g).state) for g in coordinator.groups()], (15, 0),
+                   blank_line_first=False)
             return 0
         for g in coordinator.groups():
             out.write(g + "\n")
@@ -82,32 +91,37 @@ def _describe_offsets(broker, coordinator, description, out: TextIO, err: TextIO
         lag = "-" if om is None else str(max(end - om.offset, 0))
         who = ("-", "-", "-") if member is None else (member.member_id, member.host, member.client_id)
         rows.append((description.group_id, topic, str(partition), current, str(end), lag, *who))
+    if not rows:   # Kafka prints no table for a group with nothing to show (the state line only)
+        return 0
+    # %-Gs %-Ts %-10s %-15s %-15s %-15s %-Cs %-Hs %s; G, T, C, H at least 15, else the widest
     _table(out, ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                 "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
+                 "CONSUMER-ID", "HOST", "CLIENT-ID"), rows, (15, 15, -10, -15, -15, -15, 15, 15, 0))
     return 0
 
 
 def _describe_members(description, verbose: bool, out: TextIO, err: TextIO) -> int:
     _warn_state(description, err)
-    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    # "%-Gs %-Cs %-Hs %-Ls %-15s " then ASSIGNMENT with --verbose: #PARTITIONS is always padded
     rows = []
     for m in description.members:
         row = (description.group_id, m.member_id, m.host, m.client_id, str(len(m.assignment)))
-        if verbose:
-            by_topic: dict[str, list[int]] = {}
-            for t, p in sorted(m.assignment):
-                by_topic.setdefault(t, []).append(p)
-            row += (",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-",)
-        rows.append(row)
-    _table(out, header + (("ASSIGNMENT",) if verbose else ()), rows)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(m.assignment):
+            by_topic.setdefault(t, []).append(p)
+        assignment = ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-"
+        rows.append(row + (assignment if verbose else "",))
+    _table(out, ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                 "ASSIGNMENT" if verbose else ""), rows, (15, 15, 15, 15, -15, 0))
     return 0
 
 
 def _describe_state(broker, description, out: TextIO) -> int:
     host, port = _coordinator_address(broker, description.coordinator)
+    # "%-Gs %-Cs %-20s %-20s %s", G at least 15, C at least 25; two spaces before "(id)"
     _table(out, ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
-           [(description.group_id, f"{host}:{port} ({description.coordinator})",
-             description.protocol, description.state, str(len(description.members)))])
+           [(description.group_id, f"{host}:{port}  ({description.coordinator})",
+             description.protocol or "-", description.state, str(len(description.members)))],
+           (15, 25, -20, -20, 0))
     return 0
 
 
@@ -133,12 +147,23 @@ def _delete(coordinator, group: str, out: TextIO, err: TextIO) -> int:
 
 
 # ---- --reset-offsets
-def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
+def check_reset_arguments(args) -> None:
+    """What can be checked before the log dir is opened (a writable open creates files)."""
     targets = [x for x in ("to_earliest", "to_latest", "to_offset", "to_datetime")
                if getattr(args, x) not in (None, False)]
     if len(targets) != 1:
         raise KStoreError("--reset-offsets needs exactly one of --to-earliest, --to-latest, "
                           "--to-offset, --to-datetime")
+    for spec in args.topic or []:
+        _, _, parts = spec.partition(":")
+        if parts and not all(p.strip().isdigit() for p in parts.split(",")):
+            raise KStoreError(f"--topic {spec!r}: give TOPIC or TOPIC:P,P with partition numbers")
+    if args.to_datetime is not None:
+        parse_datetime(args.to_datetime)
+
+
+def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
+    check_reset_arguments(args)
     state = coordinator.describe_group(args.group).state
     if state in ACTIVE_STATES:
         err.write(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, "
@@ -155,7 +180,7 @@ def _reset_offsets(broker, coordinator, args, out: TextIO, err: TextIO) -> int:
                   "should add the --dry-run option explicitly if you are scripting this command "
                   "and want to keep the current default behavior without prompting.\n")
     _table(out, ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-           [(args.group, t, str(p), str(o)) for (t, p), o in sorted(new.items())])
+           [(args.group, t, str(p), str(o)) for (t, p), o in sorted(new.items())], (15, 15, -10, 0))
     return 0
 
 

@@ -56,37 +56,53 @@ def _text(data: bytes | None) -> str:
 
 
 def format_record(batch: RecordBatch, record, print_data: bool, offsets_decoder: bool = False,
-                  transaction_log_decoder: bool = False) -> str:
-    parts = [f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type.kafka_name}: "
-             f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
-             f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
-             f"{record.sequence} headerKeys: [{','.join(k for k, _ in record.headers)}]"]
-    if batch.is_control:
-        kind = _control_type(record.key)
-        kraft = _kraft_control_json(kind, record.value)
-        if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and record.value \
-                and len(record.value) >= 6:
-            (coordinator_epoch,) = struct.unpack_from(">i", record.value, 2)
-            parts.append(f" endTxnMarker: {kind.name} coordinatorEpoch: {coordinator_epoch}")
-        elif kraft is not None:
-            parts.append(kraft)
-        else:
-            type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
-            parts.append(f" controlType: {kind.name}({type_id})")
-    elif transaction_log_decoder:   # --transaction-log-decoder: __transaction_state records
+                  transaction_log_decoder: bool = False, skip_metadata: bool = False) -> str:
+    """One record line of DumpLogSegments.dumpLog. Kafka's quirks kept: with
+    --skip-record-metadata the line starts with the key, or with " payload:" when there is no key."""
+    line, prefix = "", f"{RECORD_INDENT} "
+    if not skip_metadata:
+        line = (f"{prefix}offset: {record.offset} {batch.timestamp_type.kafka_name}: "
+                f"{record.timestamp} keySize: {-1 if record.key is None else len(record.key)} "
+                f"valueSize: {-1 if record.value is None else len(record.value)} sequence: "
+                f"{record.sequence} headerKeys: [{','.join(k for k, _ in record.headers)}]")
+        prefix = " "
+        if batch.is_control:
+            line += _control_text(record)
+    if not batch.is_control:
+        key, payload = _decoded(record, print_data, offsets_decoder, transaction_log_decoder)
+        if key is not None:
+            line += f"{prefix}key: {key}"
+        if payload is not None:
+            line += f" payload: {payload}"
+    return line
+
+
+def _control_text(record) -> str:
+    kind = _control_type(record.key)
+    kraft = _kraft_control_json(kind, record.value)
+    if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and record.value \
+            and len(record.value) >= 6:
+        (coordinator_epoch,) = struct.unpack_from(">i", record.value, 2)
+        return f" endTxnMarker: {kind.name} coordinatorEpoch: {coordinator_epoch}"
+    if kraft is not None:
+        return kraft
+    type_id = struct.unpack_from(">h", record.key, 2)[0] if record.key and len(record.key) >= 4 else -1
+    return f" controlType: {kind.name}({type_id})"
+
+
+def _decoded(record, print_data: bool, offsets_decoder: bool,
+             transaction_log_decoder: bool) -> tuple[str | None, str | None]:
+    """The key and payload text to print (None: not printed)."""
+    if transaction_log_decoder:   # --transaction-log-decoder: __transaction_state records
         from .transaction_log import decode_transaction_log_record
-        key, payload = decode_transaction_log_record(record.key, record.value)
-        parts.append(f" key: {key} payload: {payload}")
-    elif offsets_decoder:   # --offsets-decoder: __consumer_offsets records as JSON
+        return decode_transaction_log_record(record.key, record.value)
+    if offsets_decoder:   # --offsets-decoder: __consumer_offsets records as JSON
         from .offsets_decoder import decode_offsets_record
-        key, payload = decode_offsets_record(record.key, record.value)
-        parts.append(f" key: {key} payload: {payload}")
-    elif print_data:
-        if record.key is not None:
-            parts.append(f" key: {_text(record.key)}")
-        if record.value is not None:
-            parts.append(f" payload: {_text(record.value)}")
-    return "".join(parts)
+        return decode_offsets_record(record.key, record.value)
+    if print_data:
+        return (None if record.key is None else _text(record.key),
+                None if record.value is None else _text(record.value))
+    return None, None
 
 
 # KRaft's control records in snapshots, printed as Kafka's tool prints them: the record's name
@@ -117,8 +133,14 @@ def _control_type(key: bytes | None) -> ControlRecordType:
 
 
 def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
-             offsets_decoder: bool = False, transaction_log_decoder: bool = False) -> None:
-    """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too."""
+             offsets_decoder: bool = False, transaction_log_decoder: bool = False,
+             skip_metadata: bool = False, max_bytes: int | None = None) -> bool:
+    """A `.log` segment, or a KRaft snapshot (`.checkpoint`), which holds batches too. Returns
+    False when a damaged batch stopped the dump (Kafka's tool dies with an exception there).
+
+    `max_bytes` (--max-bytes) reads only the batches wholly inside the first bytes. With deep
+    iteration, offsets that do not follow one another (a compacted log) are listed on stderr
+    in the words of Kafka's tool (which lists them after the dump)."""
     name = os.path.basename(path)
     if name.endswith(".log"):
         out.write(f"Log starting offset: {offset_from_file_name(path)}\n")
@@ -131,30 +153,40 @@ def dump_log(path: str, out: TextIO, err: TextIO, print_data: bool, deep: bool,
                               f"(<end offset>-<epoch>.checkpoint)")
         out.write(f"Snapshot end offset: {int(end_offset)}, epoch: {int(epoch)}\n")
     records = FileRecords(path, file_already_exists=True, read_only=True)
+    complete, gaps = True, 0
     try:
-        valid = 0
+        valid, last_offset = 0, -1
         try:
-            for batch in records.batches():
+            for batch in records.batches(0, max_bytes):
                 out.write(format_batch(batch, valid) + "\n")
                 if deep or print_data or offsets_decoder or transaction_log_decoder:
                     for record in batch.records():
+                        if last_offset != -1 and record.offset != last_offset + 1:
+                            gaps += 1   # said at once: a compacted log may have millions
+                            if gaps == 1:
+                                err.write(f"Non-consecutive offsets in {os.path.abspath(path)}\n")
+                            err.write(f"  {last_offset} is followed by {record.offset}\n")
+                        last_offset = record.offset
                         out.write(format_record(batch, record, print_data, offsets_decoder,
-                                                transaction_log_decoder) + "\n")
+                                                transaction_log_decoder, skip_metadata) + "\n")
                 valid += batch.size_in_bytes
         except KStoreError as e:  # Kafka's tool stops with an exception; we say where and why
             err.write(f"{os.path.basename(path)}: stopped at position {valid}: {e}\n")
+            complete = False
         trailing = records.size_in_bytes() - valid
-        if trailing > 0:
+        if trailing > 0 and max_bytes is None:
             out.write(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}\n")
     finally:
         records.close_handlers()
+    return complete
 
 
 def _companion(path: str, suffix: str) -> str:
     return os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0] + suffix)
 
 
-def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool) -> None:
+def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool,
+               verify_only: bool = False) -> None:
     base = offset_from_file_name(path)
     index = OffsetIndex(path, base, writable=False)
     try:
@@ -176,7 +208,8 @@ def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool) -> None:
                 first = next(records.batch_locations(entry.position), None)
                 if first is not None and first.last_offset != entry.offset:
                     mismatches.append((entry.offset, first.last_offset))
-            out.write(f"offset: {entry.offset} position: {entry.position}\n")
+            if not verify_only:   # --verify-index-only: the mismatches alone
+                out.write(f"offset: {entry.offset} position: {entry.position}\n")
         if records is not None:
             records.close_handlers()
         if mismatches:
@@ -187,7 +220,11 @@ def dump_index(path: str, out: TextIO, err: TextIO, sanity_only: bool) -> None:
         index.close_handler()
 
 
-def dump_time_index(path: str, out: TextIO, sanity_only: bool) -> None:
+def dump_time_index(path: str, out: TextIO, err: TextIO, sanity_only: bool,
+                    verify_only: bool = False) -> None:
+    """The entries, each checked against the segment as DumpLogSegments.dumpTimeIndex checks
+    them: the indexed offset must end a batch whose largest record timestamp is the indexed one,
+    and timestamps must grow. What does not hold is listed on stderr, in Kafka's words."""
     base = offset_from_file_name(path)
     index = TimeIndex(path, base, writable=False)
     try:
@@ -195,13 +232,68 @@ def dump_time_index(path: str, out: TextIO, sanity_only: bool) -> None:
             index.sanity_check()
             out.write(f"{path} passed sanity check.\n")
             return
-        for i in range(index.entries):
-            entry = index.entry(i)
-            if entry.offset == base and i > 0:
-                break
-            out.write(f"timestamp: {entry.timestamp} offset: {entry.offset}\n")
+        check = _TimeIndexCheck(path, base)
+        try:
+            for i in range(index.entries):
+                entry = index.entry(i)
+                if entry.offset == base and i > 0:
+                    break
+                check.entry(entry.timestamp, entry.offset)
+                if not verify_only:
+                    out.write(f"timestamp: {entry.timestamp} offset: {entry.offset}\n")
+        finally:
+            check.close()
+        check.report(err)
     finally:
         index.close_handler()
+
+
+class _TimeIndexCheck:
+    """The segment a time index belongs to, for checking its entries (nothing when absent)."""
+
+    def __init__(self, path: str, base: int):
+        log_path, index_path = _companion(path, ".log"), _companion(path, ".index")
+        self.records = (FileRecords(log_path, file_already_exists=True, read_only=True)
+                        if os.path.exists(log_path) else None)
+        self.offsets = (OffsetIndex(index_path, base, writable=False)
+                        if self.records is not None and os.path.exists(index_path) else None)
+        self.path, self.previous = os.path.abspath(path), -1
+        self.mismatches: list[tuple[int, int]] = []
+        self.out_of_order: list[tuple[int, int]] = []
+        self.not_found: list[tuple[int, int]] = []
+
+    def entry(self, timestamp: int, offset: int) -> None:
+        if self.records is None:
+            return
+        start = self.offsets.lookup(offset).position if self.offsets is not None else 0
+        batch = next((b for b in self.records.batches(start) if b.last_offset >= offset), None)
+        if batch is None or batch.last_offset != offset:
+            self.not_found.append((offset, -1 if batch is None else batch.last_offset))
+        else:
+            largest = max((r.timestamp for r in batch.records()), default=-1)
+            if largest != timestamp:
+                self.mismatches.append((timestamp, largest))
+            if self.previous >= timestamp:
+                self.out_of_order.append((timestamp, self.previous))
+        self.previous = timestamp
+
+    def report(self, err: TextIO) -> None:
+        if self.mismatches:
+            err.write(f"Found timestamp mismatch in :{self.path}\n")
+            err.writelines(f"  Index timestamp: {i}, log timestamp: {g}\n" for i, g in self.mismatches)
+        if self.out_of_order:
+            err.write(f"Found out of order timestamp in :{self.path}\n")
+            err.writelines(f"  Index timestamp: {i}, Previously indexed timestamp: {p}\n"
+                           for i, p in self.out_of_order)
+        if self.not_found:
+            err.write("The following indexed offsets are not found in the log.\n")
+            err.writelines(f"Indexed offset: {i}, found log offset: {g}\n" for i, g in self.not_found)
+
+    def close(self) -> None:
+        if self.offsets is not None:
+            self.offsets.close_handler()
+        if self.records is not None:
+            self.records.close_handlers()
 
 
 def dump_snapshot(path: str, out: TextIO) -> None:
@@ -209,7 +301,7 @@ def dump_snapshot(path: str, out: TextIO) -> None:
         for e in read_snapshot(f.read(), path):
             out.write(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
                       f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: "
-                      f"{'Optional.empty' if e.current_txn_first_offset < 0 else f'Optional[{e.current_txn_first_offset}]'} "
+                      f"{_optional_long(None if e.current_txn_first_offset < 0 else e.current_txn_first_offset)} "
                       f"lastTimestamp: {e.timestamp} firstSequence: {e.first_sequence} "
                       f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
                       f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}\n")
@@ -240,7 +332,8 @@ def dump_checkpoint(path: str, out: TextIO) -> None:
 def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
               print_data: bool = False, index_sanity_check: bool = False,
               deep_iteration: bool = False, offsets_decoder: bool = False,
-              transaction_log_decoder: bool = False) -> bool:
+              transaction_log_decoder: bool = False, skip_record_metadata: bool = False,
+              max_bytes: int | None = None, verify_index_only: bool = False) -> bool:
     """Dump one file; return False if it could not be read (the error goes to `err`)."""
     out.write(f"Dumping {path}\n")
     name = os.path.basename(path)
@@ -249,12 +342,12 @@ def dump_file(path: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *,
         return False
     try:
         if name.endswith((".log", ".checkpoint")):   # .checkpoint: a KRaft snapshot
-            dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
-                     transaction_log_decoder)
+            return dump_log(path, out, err, print_data, deep_iteration, offsets_decoder,
+                            transaction_log_decoder, skip_record_metadata, max_bytes)
         elif name.endswith(".index"):
-            dump_index(path, out, err, index_sanity_check)
+            dump_index(path, out, err, index_sanity_check, verify_index_only)
         elif name.endswith(".timeindex"):
-            dump_time_index(path, out, index_sanity_check)
+            dump_time_index(path, out, err, index_sanity_check, verify_index_only)
         elif name.endswith(".snapshot"):
             dump_snapshot(path, out)
         elif name.endswith(".txnindex"):

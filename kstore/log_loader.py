@@ -34,6 +34,7 @@ class RecoveryReport:
     recovered_segments: list[tuple[int, int, str | None]] = field(default_factory=list)  # (base, bytes cut, error)
     removed_after_corruption: list[int] = field(default_factory=list)
     truncated_bytes: int = 0
+    started_empty_at: int | None = None   # no segment was left: a new empty one at this offset
 
     def summary(self) -> str:
         if not (self.deleted_files or self.completed_swaps or self.rebuilt_indexes
@@ -52,6 +53,23 @@ class RecoveryReport:
         if self.removed_after_corruption:
             parts.append(f"removed {len(self.removed_after_corruption)} segment(s) after the damage")
         return "; ".join(parts)
+
+    def changes(self) -> list[str]:
+        """One line per change loading made to the files (none after a clean load): what a
+        broker logs so that an operator sees what recovery deleted, rebuilt or cut."""
+        lines = [f"deleted {name}" for name in self.deleted_files]
+        lines += [f"completed swap {name}" for name in self.completed_swaps]
+        lines += [f"rebuilt the indexes of segment {base} ({reason})"
+                  for base, reason in self.rebuilt_indexes]
+        lines += [f"truncated {cut} invalid byte(s) at the end of segment {base}"
+                  + (f": {error}" if error else "")
+                  for base, cut, error in self.recovered_segments if cut > 0]
+        lines += [f"deleted segment {base}, which followed the damage"
+                  for base in self.removed_after_corruption]
+        if self.started_empty_at is not None:
+            lines.append(f"no segment (.log) file was left: the log starts empty at offset "
+                         f"{self.started_empty_at}")
+        return lines
 
 
 @dataclass
@@ -177,22 +195,24 @@ def _unmap_if_trimmed(seg: LogSegment) -> None:
             index.close_handler()
 
 
+READ_ONLY_HINT = ("; offline read-only tools never rebuild files (start a broker on the directory "
+                  "once to rebuild it)")
+
+
 def _open_read_only(directory: str, base: int, config: LogConfig, clock: Clock) -> LogSegment:
     """A segment for an offline read-only tool: nothing may be rebuilt, so a missing or damaged
     index is an error naming the file instead of a repair."""
     paths = segment_paths(directory, base)
     for ext in (INDEX_SUFFIX, ".timeindex"):
         if not os.path.exists(paths[ext]):
-            raise LogError(f"{paths[ext]} is missing; offline read-only tools never rebuild "
-                           f"files (start a broker on the directory once to rebuild it)")
+            raise LogError(f"{paths[ext]} is missing{READ_ONLY_HINT}")
     seg = LogSegment.open(directory, base, config, clock, file_already_exists=True, read_only=True)
     try:
         seg.sanity_check()
         _unmap_indexes(seg)
     except Exception as e:  # CorruptIndexError and friends
         seg.close_handlers()
-        raise LogError(f"{paths[INDEX_SUFFIX]}: {e}; offline read-only tools never rebuild "
-                       f"files (start a broker on the directory once to rebuild it)") from None
+        raise LogError(f"{paths[INDEX_SUFFIX]}: {e}{READ_ONLY_HINT}") from None
     return seg
 
 
@@ -238,10 +258,13 @@ def load(directory: str, config: LogConfig, clock: Clock, epoch_cache, *,
     if segments and next_offset < log_start_offset_checkpoint:
         # Files were lost: the data the checkpoint promises is not on disk.
         for seg in segments.values():
+            report.deleted_files.append(os.path.basename(seg.log.path))
             seg.delete_files()
         segments.clear()
     if not segments:
         base = log_start_offset_checkpoint
+        if report.deleted_files or report.recovered_segments:
+            report.started_empty_at = base   # not a new log: its files were lost or removed
         segments[base] = LogSegment.open(directory, base, config, clock,
                                          init_file_size=config.initial_file_size,
                                          preallocate=config.preallocate)

@@ -17,6 +17,7 @@ scheduler (`start_retention()`, `start_cleaner()`; call `scheduler.run_due()` af
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -26,14 +27,17 @@ from .checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_STA
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
-from .errors import LogError
+from .errors import CheckpointError, KStoreError, LogError
 from .events import EventBus
 from .log import Log, parse_topic_partition
+from .log_loader import READ_ONLY_HINT
 from .metadata_image import CLUSTER_METADATA_DIR
 from .scheduler import Scheduler
 from .topic import partition_dir_name, validate_topic_name
 
 DELETE_DIR_SUFFIX = "-delete"   # a deleted partition's directory, waiting to be removed
+_log = logging.getLogger("kstore.log_manager")
+_log.addHandler(logging.NullHandler())   # quiet as a library (notebooks); the CLI and serve show it
 
 
 class LogManager:
@@ -88,8 +92,12 @@ class LogManager:
             # makes the next start trust those index files. (Read-only tools change nothing.)
             if not self.read_only:
                 os.remove(marker)
-        recovery_points = self._recovery_file.read()
-        start_offsets = self._start_file.read()
+        # As Kafka's LogManager: an unreadable checkpoint is not fatal, it only costs work —
+        # recovery from offset 0, log start offsets from each log's first segment.
+        recovery_points = self._read_or_reset(self._recovery_file, "resetting the recovery "
+                                              "checkpoint to 0")
+        start_offsets = self._read_or_reset(self._start_file, "resetting to the base offset of "
+                                            "the first segment")
         for name in sorted(os.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
             if os.path.isdir(path) and name.endswith(DELETE_DIR_SUFFIX) and not self.read_only:
@@ -101,15 +109,36 @@ class LogManager:
                 tp = parse_topic_partition(path)
             except Exception:
                 continue  # not a partition directory
-            self._logs[tp] = Log.open(path, self.config_for(tp[0]), self.clock,
-                                      recovery_point=recovery_points.get(tp, 0),
-                                      log_start_offset=start_offsets.get(tp, 0),
-                                      had_clean_shutdown=self.had_clean_shutdown,
-                                      events=self.events, scheduler=self.scheduler,
-                                      single_replica=self.single_replica,
-                                      # KRaft's own log is Kafka's raft layer's: only read
-                                      read_only=self.read_only or name == CLUSTER_METADATA_DIR)
-            self._logs[tp].producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
+            try:
+                log = Log.open(path, self.config_for(tp[0]), self.clock,
+                               recovery_point=recovery_points.get(tp, 0),
+                               log_start_offset=start_offsets.get(tp, 0),
+                               had_clean_shutdown=self.had_clean_shutdown,
+                               events=self.events, scheduler=self.scheduler,
+                               single_replica=self.single_replica,
+                               # KRaft's own log is Kafka's raft layer's: only read
+                               read_only=self.read_only or name == CLUSTER_METADATA_DIR)
+            except KStoreError as e:
+                if name != CLUSTER_METADATA_DIR:
+                    raise
+                # kstore never serves nor writes KRaft's log (its topics are replayed from the
+                # .log files directly), so a damaged index there must not stop the broker.
+                _log.warning("%s not loaded (its topics are still read from its .log files): %s",
+                             name, str(e).replace(READ_ONLY_HINT, ""))
+                continue
+            for change in log.load_report.changes():
+                _log.warning("%s: %s", name, change)
+            log.producer_id_expiration_ms = self.broker_config["producer.id.expiration.ms"]
+            self._logs[tp] = log
+
+    @staticmethod
+    def _read_or_reset(checkpoint: OffsetCheckpointFile, reset: str) -> dict:
+        try:
+            return checkpoint.read()
+        except (CheckpointError, OSError, UnicodeDecodeError) as e:
+            _log.warning("Error occurred while reading %s, %s: %s",
+                         os.path.basename(checkpoint.path), reset, e)
+            return {}
 
     def config_for(self, topic: str) -> LogConfig:
         return self.default_config.with_overrides(self.topic_configs.get(topic, {}))

@@ -29,6 +29,7 @@ import uuid
 from typing import Any
 
 from .checkpoint import atomic_write, file_lock
+from .errors import LogError
 
 METADATA_FILE = "kstore-cluster-metadata.json"
 
@@ -68,7 +69,10 @@ class MetadataStore:
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp != self._stamp:
             with open(self.path, encoding="utf-8") as f:
-                self._nodes = json.load(f)
+                try:
+                    self._nodes = json.load(f)
+                except ValueError as e:   # a torn or hand-edited file: name it, no traceback
+                    raise LogError(f"{self.path} is not valid JSON ({e})") from None
             self._stamp = stamp
 
     @contextlib.contextmanager

@@ -14,8 +14,10 @@ Each record in the metadata log has no key; its value is a metadata record frame
     unsigned varint), 16-byte UUIDs, big-endian integers, then tagged fields
 
 Only the records that shape topics are applied (TopicRecord, PartitionRecord,
-PartitionChangeRecord, ConfigRecord, RemoveTopicRecord); the others (brokers, features, producer
-ids, ...) are skipped by type. kstore only reads this log: it never writes KRaft records.
+PartitionChangeRecord, ConfigRecord, RemoveTopicRecord), and ProducerIdsRecord, so that the
+producer ids kstore hands out start above those Kafka's controller handed out; the others
+(brokers, features, ...) are skipped by type. kstore only reads this log: it never writes KRaft
+records.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ PARTITION_RECORD = 3
 CONFIG_RECORD = 4
 PARTITION_CHANGE_RECORD = 5
 REMOVE_TOPIC_RECORD = 9
+PRODUCER_IDS_RECORD = 15
 TOPIC_RESOURCE = 2          # ConfigResource.Type.TOPIC
 NO_LEADER_CHANGE = -2       # PartitionChangeRecord.Leader default
 
@@ -97,6 +100,9 @@ class _Reader:
     def int8(self) -> int:
         return struct.unpack(">b", self._take(1))[0]
 
+    def int64(self) -> int:
+        return struct.unpack(">q", self._take(8))[0]
+
     def int32(self) -> int:
         return struct.unpack(">i", self._take(4))[0]
 
@@ -144,6 +150,8 @@ def decode_metadata_record(value: bytes) -> tuple[int, int, dict]:
                   "leader": r.int32(), "leader_epoch": r.int32(), "partition_epoch": r.int32()}
         if version >= 1:
             fields["directories"] = r.uuid_array()
+    elif record_type == PRODUCER_IDS_RECORD:
+        fields = {"broker_id": r.int32(), "broker_epoch": r.int64(), "next_producer_id": r.int64()}
     elif record_type == PARTITION_CHANGE_RECORD:
         fields = {"partition": r.int32(), "topic_id": r.uuid()}
         tags = r.tagged_fields()
@@ -188,10 +196,13 @@ class MetadataImage:
     node_id: int | None = None
     topics: dict[str, TopicImage] = field(default_factory=dict)
     records_read: int = 0
+    next_producer_id: int = 0   # the controller's ProducerIdsRecord: ids below it were handed out
 
     def apply(self, record_type: int, fields: dict) -> None:
         by_id = {t.topic_id: t for t in self.topics.values()}
-        if record_type == TOPIC_RECORD:
+        if record_type == PRODUCER_IDS_RECORD:
+            self.next_producer_id = max(self.next_producer_id, fields["next_producer_id"])
+        elif record_type == TOPIC_RECORD:
             self.topics[fields["name"]] = TopicImage(fields["name"], fields["topic_id"])
         elif record_type == REMOVE_TOPIC_RECORD:
             topic = by_id.get(fields["topic_id"])
@@ -245,6 +256,7 @@ def load_metadata_image(log_dir: str) -> MetadataImage:
     for name in logs:
         path = os.path.join(directory, name)
         records = FileRecords(path, file_already_exists=True, read_only=True)
+        batch = None
         try:
             for batch in records.batches():
                 if batch.is_control:
@@ -259,6 +271,11 @@ def load_metadata_image(log_dir: str) -> MetadataImage:
                                                   f"{record.offset} does not decode: {e}") from None
                     image.apply(record_type, fields)
                     image.records_read += 1
+        except MetadataRecordError:
+            raise
+        except KStoreError as e:   # a damaged batch: say which file and where
+            where = "its first batch" if batch is None else f"the batch at offset {batch.base_offset}"
+            raise MetadataRecordError(f"{path}: {where} does not decode: {e}") from None
         finally:
             records.close_handlers()
     return image
@@ -275,6 +292,10 @@ def import_kraft_metadata(store, log_dir: str) -> bool:
     nodes: dict = {}
     if image.cluster_id:
         nodes["/cluster/id"] = {"version": "1", "id": image.cluster_id}
+    if image.next_producer_id > 0:   # Kafka's producers keep their ids: new ones start above
+        nodes["/latest_producer_id_block"] = {"version": 1, "broker": image.node_id,
+                                              "block_start": "0",
+                                              "block_end": str(image.next_producer_id - 1)}
     for topic in image.topics.values():
         for p in topic.partitions:
             on_disk = read_partition_metadata(

@@ -40,6 +40,7 @@ Replicated markers are not checked (the leader did).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, replace
 from typing import Iterable
@@ -51,6 +52,9 @@ from .errors import (CorruptRecordError, InvalidProducerEpochError, OutOfOrderSe
 from .records import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ControlRecordType,
                       RecordBatch, decrement_sequence)
 from . import producer_snapshot
+
+_log = logging.getLogger("kstore.producer_state")
+_log.addHandler(logging.NullHandler())   # quiet as a library (notebooks); the CLI and serve show it
 
 NUM_BATCHES_TO_RETAIN = 5                 # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 INT32_MAX = (1 << 31) - 1
@@ -346,7 +350,10 @@ class ProducerStateManager:
             try:
                 with open(path, "rb") as f:
                     entries = producer_snapshot.read_snapshot(f.read(), path)
-            except (CorruptRecordError, OSError):
+            except (CorruptRecordError, OSError) as e:
+                _log.warning("%s: deleted unreadable producer snapshot %s (%s); the producer state "
+                             "is rebuilt from the log", os.path.basename(self.dir),
+                             os.path.basename(path), e)
                 os.remove(path)
                 continue
             for e in entries:

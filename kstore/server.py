@@ -805,6 +805,7 @@ def serve(log_dir: str, host: str = "127.0.0.1", port: int = 9092, zero_copy: bo
     broker.logs.start_retention()
     broker.logs.start_producer_expiration()
     broker.logs.start_cleaner()
+    # printed once listening: with --port 0 the port the OS chose, never a port not yet bound
     server.on_listening = lambda bound: print(
         f"kstore broker {broker.broker_id} (cluster {broker.cluster_id}) serving {log_dir} on "
         f"{host}:{bound} ({'zero-copy' if zero_copy else 'copy'} fetch)", flush=True)

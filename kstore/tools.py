@@ -27,12 +27,12 @@ from .producer import Producer
 from .remote_broker import RemoteBroker
 
 
-def _properties(items: list[str] | None) -> dict[str, str]:
+def _properties(items: list[str] | None, option: str = "--property") -> dict[str, str]:
     props = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep:
-            raise KStoreError(f"--property takes name=value, got {item!r}")
+            raise KStoreError(f"{option} takes name=value, got {item!r}")
         props[name.strip()] = value
     return props
 
@@ -61,20 +61,14 @@ def topics(args, out: TextIO) -> int:
     actions = [a for a in ("create", "list", "describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise KStoreError("give exactly one of --create, --list, --describe, --alter")
+    if args.create:   # checked before the log dir is opened: a refused --create writes nothing
+        configs = _create_arguments(args)
     with _open(args, read_only=args.list or args.describe) as broker:
         if args.list:
             for name in sorted(broker.topics(include_internal=True)):
                 out.write(name + "\n")
         elif args.create:
-            if not args.topic:
-                raise KStoreError("--create needs --topic")
-            configs = _properties(args.config)
             rf = args.replication_factor
-            if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
-                raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
-                                  f"not {rf}")
-            if args.partitions is not None and args.partitions < 1:
-                raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
             broker.create_topic(args.topic, args.partitions, 1 if rf is None else rf, configs)
             out.write(f"Created topic {args.topic}.\n")
         elif args.alter:
@@ -98,11 +92,31 @@ def topics(args, out: TextIO) -> int:
     return 0
 
 
+def _create_arguments(args) -> dict[str, str]:
+    """The checks of TopicCommand, and (offline) the topic's name and configs; its configs."""
+    if not args.topic:
+        raise KStoreError("--create needs --topic")
+    configs = _properties(args.config, "--config")
+    rf = args.replication_factor
+    if rf is not None and not 1 <= rf <= 32767:   # TopicCommand's check
+        raise KStoreError(f"the replication factor must be between 1 and 32767 inclusive, "
+                          f"not {rf}")
+    if args.partitions is not None and args.partitions < 1:
+        raise KStoreError(f"the partitions must be greater than 0, not {args.partitions}")
+    if not args.bootstrap_server:   # a broker checks them itself, with the same rules
+        from .config import LogConfig
+        from .topic import validate_topic_name
+        validate_topic_name(args.topic)
+        LogConfig(configs)
+    return configs
+
+
 # ------------------------------------------------------------------------------ kstore produce
 def produce(args, inp: TextIO, out: TextIO) -> int:
     props = _properties(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
     separator = _decode_separator(props.get("key.separator", "\t"))
+    _check_producer_arguments(args)   # before the log dir is opened: a refusal writes nothing
     with _open(args) as broker:
         producer = Producer(broker, acks=args.acks, batch_size=args.batch_size,
                             linger_ms=args.linger_ms, compression_type=args.compression_codec)
@@ -118,8 +132,11 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
                                       f"{line!r}")
             else:
                 value = line
-            futures.append((key, value, producer.send(args.topic, value, key=key,
-                                                       partition=args.partition)))
+            try:
+                future = producer.send(args.topic, value, key=key, partition=args.partition)
+            except ValueError as e:   # e.g. a --partition the topic does not have
+                raise KStoreError(str(e)) from None
+            futures.append((key, value, future))
         producer.close()
         progress.finish()
         failed = 0
@@ -136,12 +153,27 @@ def produce(args, inp: TextIO, out: TextIO) -> int:
     return 1 if failed else 0
 
 
+def _check_producer_arguments(args) -> None:
+    from .compression import Compression
+    for name, value in (("--batch-size", args.batch_size), ("--linger-ms", args.linger_ms)):
+        if value < 0:
+            raise KStoreError(f"{name} must be 0 or more, not {value}")
+    if args.partition is not None and args.partition < 0:
+        raise KStoreError(f"--partition must be 0 or more, not {args.partition}")
+    try:
+        Compression.from_name(args.compression_codec)
+    except ValueError as e:
+        raise KStoreError(f"--compression-codec: {e}") from None
+
+
 # ------------------------------------------------------------------------------ kstore consume
 def consume(args, out: TextIO) -> int:
     props = _properties(args.property)
     flag = lambda name: props.get(name, "false").lower() == "true"   # noqa: E731
     separator = _decode_separator(props.get("key.separator", "\t"))
     line_separator = _decode_separator(props.get("line.separator", "\n"))
+    if args.max_messages == -1:   # kafka-console-consumer's spelling of "no limit"
+        args.max_messages = None
     if args.offset is not None and args.partition is None:
         raise KStoreError("--offset needs --partition (as in kafka-console-consumer)")
     if args.offset is not None and args.offset not in ("earliest", "latest") and (
@@ -154,7 +186,7 @@ def consume(args, out: TextIO) -> int:
     with _open(args, read_only=args.group is None) as broker:
         n = broker.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(n))
-        consumer_props = _properties(args.consumer_property)
+        consumer_props = _properties(args.consumer_property, "--consumer-property")
         consumer = Consumer(broker, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
                             enable_auto_commit=args.group is not None,
@@ -266,7 +298,11 @@ def get_offsets(args, out: TextIO) -> int:
 
 # ------------------------------------------------------------------------------ consumer-groups
 def consumer_groups(args, out: TextIO) -> int:
-    from .consumer_groups_tool import consumer_groups as run   # kafka-consumer-groups.sh
+    from .consumer_groups_tool import check_reset_arguments, consumer_groups as run
+    if (args.describe or args.delete or args.reset_offsets) and not args.group:
+        raise KStoreError("--describe, --delete and --reset-offsets need --group GROUP")
+    if args.reset_offsets:
+        check_reset_arguments(args)
     changes = args.delete or (args.reset_offsets and args.execute)
     with _open(args, read_only=not changes) as broker:
         if (not changes and not isinstance(broker, RemoteBroker)
@@ -382,15 +418,23 @@ def add_parsers(sub) -> None:
 def _serve(args) -> int:
     if bool(args.log_dir) == bool(args.cluster_dir):
         raise KStoreError("give --log-dir (one broker) or --cluster-dir with --broker-id")
+    if not 0 <= args.port <= 65535:
+        raise KStoreError(f"--port must be between 0 and 65535 (0: any free port), not {args.port}")
+    if not 0 <= args.broker_id <= 2**31 - 1:   # Kafka's node.id / broker.id: an int32, 0 or more
+        raise KStoreError(f"--broker-id must be between 0 and 2147483647, not {args.broker_id}")
     if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)
     if args.cluster_dir:
+        if args.port == 0:   # it registers its port for the others before it listens
+            raise KStoreError("--cluster-dir needs a fixed --port: the other brokers reach this "
+                              "one at the port it registers in the cluster's metadata")
         from .cluster_node import ClusterNode
-        from .server import raise_open_file_limit
+        from .server import configure_logging, raise_open_file_limit
+        configure_logging()   # its recovery warnings on stdout too, as a lone broker's
         raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
-                           broker_config=_properties(args.override), zero_copy=not args.copy_fetch)
+                           broker_config=_properties(args.override, "--override"), zero_copy=not args.copy_fetch)
         print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "
               f"{args.host}:{args.port}", flush=True)
         node.run()
@@ -398,5 +442,5 @@ def _serve(args) -> int:
         return 0
     from .server import serve
     serve(args.log_dir, args.host, args.port, zero_copy=not args.copy_fetch,
-          broker_config=_properties(args.override))
+          broker_config=_properties(args.override, "--override"))
     return 0

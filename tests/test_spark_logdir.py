@@ -458,6 +458,9 @@ class _CrashingAppender(LogDirAppender):
         self.left -= 1
         super().append(tp, data)
 
+    def max_append_bytes(self, tp) -> int:
+        return 1                          # one staged batch per append: crash between any two
+
 
 def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit(tmp_path):
     d = tmp_path / "logs"
@@ -486,6 +489,41 @@ def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit
         assert [r.value for r in b.get_log("out", 1).records()] == [b"b1", b"b2", b"b3", b"b4",
                                                                     b"e1"]
     assert json.loads((d / COMMITS_FILE).read_text())["q1"]["state"] == "committed"
+
+
+class _CountingAppender(LogDirAppender):
+    def __init__(self, *a, limit: int | None = None):
+        super().__init__(*a)
+        self.appends, self.limit = [], limit
+
+    def append(self, tp, data):
+        self.appends.append((tp, len(data)))
+        super().append(tp, data)
+
+    def max_append_bytes(self, tp) -> int:
+        return self.limit or super().max_append_bytes(tp)
+
+
+def test_sink_commit_appends_consecutive_staged_batches_together_up_to_the_limit(tmp_path):
+    """The commit hands the log several staged batches per append (up to 1 MiB, or a small
+    segment.bytes), not one append per batch: same records and offsets either way."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("out", 2)
+        b.create_topic("tiny", 1, configs={"segment.bytes": 200})
+    values = [b"v%02d" % i for i in range(20)]
+    with _CountingAppender(str(d), 1000) as app:
+        commit_staged(app, [_stage(tmp_path, "a", "out", 0, values, 0)], "q", 0)
+        assert [tp for tp, _ in app.appends] == [("out", 0)]       # 10 batches, one append
+        assert app.max_append_bytes(("tiny", 0)) == 200
+    one_batch = build_batch([Record(None, b"v00", T0), Record(None, b"v01", T0)])
+    with _CountingAppender(str(d), 1000, limit=3 * len(one_batch)) as app:
+        commit_staged(app, [_stage(tmp_path, "b", "out", 1, values, 1)], "q", 1)
+        assert [n for _tp, n in app.appends] == [3 * len(one_batch)] * 3 + [len(one_batch)]
+    with Broker(str(d)) as b:
+        for p in range(2):
+            assert [(r.offset, r.value) for r in b.get_log("out", p).records()] == \
+                list(enumerate(values))
 
 
 def test_sink_waits_for_the_lock_then_says_what_to_do(tmp_path):

@@ -64,6 +64,7 @@ from .writer import (KStoreSinkError, Router, TaskProducer, encoded_runs,  # noq
 
 STAGING_DIR_NAME = ".kstore-spark-staging"
 COMMITS_FILE = "kstore-spark-sink-commits.json"          # staged mode, in the log directory
+COMMIT_APPEND_BYTES = 1024 * 1024    # staged batches appended together at commit, at most
 CHECKPOINT_COMMITS_FILE = "kstore-sink-commits.json"     # through a broker, in the checkpoint
 STALE_STAGING_S = 600      # staged files untouched this long belong to a driver that died
 # EndTxn answers meaning the transaction was aborted (fenced by a newer epoch after its timeout)
@@ -592,6 +593,13 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
             runs = [r for r in m.runs if (r.topic, r.partition) == tp]
             if not runs:
                 continue
+            # Consecutive staged batches go in one append, up to appender.max_append_bytes: the
+            # log takes several batches at once, as Kafka's UnifiedLog.appendAsLeader does (only
+            # a client's Produce request is held to one batch per partition). A crash between
+            # appends leaves the log at a batch boundary, where the resume above picks up.
+            limit = appender.max_append_bytes(tp)
+            pending: list[bytes] = []
+            pending_size = 0
             with open(m.path, "rb") as f:
                 for run in runs:
                     for pos, size, n in run.batches:
@@ -601,9 +609,14 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
                         if skip:
                             raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
                                                   f"inside a staged batch")
+                        if pending and pending_size + size > limit:
+                            appender.append(tp, b"".join(pending))
+                            pending, pending_size = [], 0
                         f.seek(pos)
-                        # one batch per append: what Kafka's Produce allows per partition
-                        appender.append(tp, f.read(size))
+                        pending.append(f.read(size))
+                        pending_size += size
+            if pending:
+                appender.append(tp, b"".join(pending))
     appender.flush()
     if sink_id is not None:
         state = appender.load_state()
@@ -668,6 +681,11 @@ class LogDirAppender(_CommitState):
 
     def append(self, tp, data: bytes) -> None:
         self.broker.produce(tp[0], tp[1], data, acks=-1)
+
+    def max_append_bytes(self, tp) -> int:
+        """How many bytes of staged batches one append may take: 1 MiB, or less where the
+        topic's segment.bytes is smaller (an append must fit in one segment)."""
+        return min(COMMIT_APPEND_BYTES, self.broker.get_log(*tp).config.segment_bytes)
 
     def flush(self) -> None:
         for log in self.broker.logs.logs().values():

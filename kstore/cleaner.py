@@ -600,6 +600,15 @@ class LogCleaner:
     def checkpointed_offsets(self) -> dict[tuple[str, int], int]:
         return self.checkpoint.read()
 
+    def forget(self, tp: tuple[str, int]) -> None:
+        """Drop a deleted partition's first dirty offset from the checkpoint (Kafka's
+        LogCleanerManager.updateCheckpoints with a partition to remove). Under the cleaner's lock,
+        so a cleaning round that is writing the checkpoint cannot put the entry back."""
+        with self._lock:
+            offsets = self.checkpoint.read()
+            if offsets.pop(tp, None) is not None:
+                self.checkpoint.write(offsets)
+
     def logs_to_clean(self, logs: Iterable[Log], now: int | None = None) -> list[LogToClean]:
         """Every compacted log with its dirty ratio, dirtiest first."""
         now = self.clock.milliseconds() if now is None else now

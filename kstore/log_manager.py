@@ -23,7 +23,7 @@ import shutil
 import threading
 import uuid
 
-from .checkpoint import (CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                          RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, atomic_write)
 from .clock import SYSTEM, Clock
 from .config import BrokerConfig, LogConfig
@@ -183,10 +183,7 @@ class LogManager:
         # at an old log start offset, or its compaction be taken as done up to an old offset.
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
-        cleaner_file = OffsetCheckpointFile(os.path.join(self.log_dir, CLEANER_OFFSET_CHECKPOINT))
-        cleaned = cleaner_file.read()
-        if cleaned.pop((topic, partition), None) is not None:
-            cleaner_file.write(cleaned)
+        self.cleaner.forget((topic, partition))
 
         def remove() -> None:
             log.close_without_flush()

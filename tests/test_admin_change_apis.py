@@ -333,3 +333,21 @@ def test_a_transaction_whose_topic_was_deleted_still_completes(tmp_path, serve_p
         assert values == [b"2", b"3"]
     finally:
         consumer.close()
+
+
+def test_deleting_a_compacted_topic_drops_its_cleaner_checkpoint_entry(tmp_path):
+    """The cleaner's checkpoint forgets a deleted partition (through the cleaner, under its lock),
+    so a topic created again under the name is cleaned from its start, not from the old offset."""
+    from kstore.broker import Broker
+    from kstore.records import Record, build_batch
+    with Broker(str(tmp_path / "logs")) as b:
+        b.create_topic("c", 1, configs={"cleanup.policy": "compact", "segment.bytes": 1024})
+        for i in range(60):
+            b.produce("c", 0, build_batch([Record(b"k%d" % (i % 3), b"v%d" % i, 1700000000000)]))
+        b.get_log("c", 0).roll()
+        b.logs.cleaner.clean_log(b.get_log("c", 0))
+        assert ("c", 0) in b.logs.cleaner.checkpointed_offsets()
+        b.delete_topic("c")
+        assert ("c", 0) not in b.logs.cleaner.checkpointed_offsets()
+        b.create_topic("c", 1, configs={"cleanup.policy": "compact"})
+        assert ("c", 0) not in b.logs.cleaner.checkpointed_offsets()

@@ -35,12 +35,6 @@ def last_seq() -> int:
     return _last_seq
 
 
-def _next_seq() -> int:
-    global _last_seq
-    _last_seq = next(_counter)       # itertools.count is atomic under the GIL
-    return _last_seq
-
-
 class EventBus:
     def __init__(self) -> None:
         self._subscribers: list[tuple[Callable[[Event], None], frozenset[str] | None]] = []
@@ -60,7 +54,10 @@ class EventBus:
         return unsubscribe
 
     def emit(self, kind: str, source: str, **details: Any) -> None:
-        seq = _next_seq()                # counted even unobserved: a view shown later still agrees
+        # Numbered even unobserved, so a view shown later still agrees (itertools.count is
+        # atomic under the GIL).
+        global _last_seq
+        _last_seq = seq = next(_counter)
         if not self._subscribers:
             return
         event = Event(kind, source, details, seq)

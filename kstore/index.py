@@ -67,6 +67,7 @@ class AbstractIndex:
 
     def _map(self, length: int) -> None:
         self._length = length
+        self._max_entries = length // self.entry_size   # kept: is_full is asked on every append
         self._mmap = None
         if length > 0:
             with open(self.path, "r+b" if self.writable else "rb") as f:
@@ -97,7 +98,7 @@ class AbstractIndex:
 
     @property
     def max_entries(self) -> int:
-        return self._length // self.entry_size
+        return self._max_entries
 
     @property
     def length(self) -> int:
@@ -109,7 +110,7 @@ class AbstractIndex:
         return self._entries * self.entry_size
 
     def is_full(self) -> bool:
-        return self._entries >= self.max_entries
+        return self._entries >= self._max_entries
 
     def resize(self, new_size: int) -> bool:
         """Set the file length (rounded down to whole entries) and remap; entries are kept."""
@@ -343,7 +344,7 @@ class TimeIndex(AbstractIndex):
 
     def is_full(self) -> bool:
         # One slot stays free for the final entry written on roll/close (skip_full_check).
-        return self._entries >= self.max_entries - 1
+        return self._entries >= self._max_entries - 1
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """Largest entry with timestamp ≤ target; (−1, baseOffset) when there is none."""

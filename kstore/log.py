@@ -330,13 +330,15 @@ class Log:
         with self._lock:
             self._check_open()
             batches = self._analyze_and_validate(buf, assign_offsets)
-            valid_bytes = sum(b.size_in_bytes for b in batches)
             now = self.clock.milliseconds()
             if not batches:
                 return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset,
                                      0, 0, Compression.NONE)
-            buf = memoryview(buf)[:valid_bytes]  # drop a partial trailing batch (trimInvalidBytes)
-            if any(b.is_transactional for b in batches):
+            # The batches lie end to end from the buffer's start: the valid bytes end where the
+            # last one does. Drop a partial trailing batch (Kafka's trimInvalidBytes).
+            valid_bytes = batches[-1].position + batches[-1].size_in_bytes
+            buf = memoryview(buf)[:valid_bytes]
+            if self._producer_state is None and any(b.is_transactional for b in batches):
                 self.producer_state   # build it now: the append may open or close a transaction
             if assign_offsets and any(b.producer_id >= 0 for b in batches):
                 duplicate = self.producer_state.check_append(batches)

@@ -97,6 +97,9 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
+        # Connections waiting for a client's bytes: task -> loop time the wait began. The idle
+        # sweep closes a wait older than connections.max.idle.ms (see _expire_idle_connections).
+        self._waiting_since: dict[asyncio.Task, float] = {}
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._data_waiters: set[asyncio.Event] = set()
@@ -136,10 +139,10 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             import signal
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._stop_event.set)
-        self._unsubscribe = self.broker.events.subscribe(
-            lambda ev: self._loop.call_soon_threadsafe(self._wake_fetches),
-            kinds={"append", "high_watermark"})
+        self._unsubscribe = self.broker.events.subscribe(self._on_new_data,
+                                                         kinds={"append", "high_watermark"})
         timers = asyncio.create_task(self._timers())
+        idle = asyncio.create_task(self._expire_idle_connections())
         accept = asyncio.create_task(self._accept_loop())
         self._ready.set()
         if self.on_listening is not None:   # the real port, also when asked for port 0
@@ -147,9 +150,10 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         await self._stop_event.wait()
         accept.cancel()
         timers.cancel()
+        idle.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(accept, timers, *self._tasks, return_exceptions=True)
+        await asyncio.gather(accept, timers, idle, *self._tasks, return_exceptions=True)
         sock.close()
         if self._unsubscribe:
             self._unsubscribe()
@@ -178,6 +182,28 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             except Exception:
                 pass
             await asyncio.sleep(0.05)
+
+    async def _expire_idle_connections(self) -> None:
+        """Close connections whose client sent nothing for connections.max.idle.ms — between
+        requests, or stalled in the middle of one. Kafka's Selector keeps the channels in order
+        of last activity and closes the idle ones as it polls; here a sweep every tenth of the
+        limit (at most 1 s) cancels such a connection's wait. No timer is armed per read: a
+        request costs one dictionary entry, not a timer on the event loop's heap."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, max(self.idle_timeout_s / 10, 0.01)))
+            oldest_allowed = loop.time() - self.idle_timeout_s
+            for task, since in list(self._waiting_since.items()):
+                if since <= oldest_allowed:
+                    del self._waiting_since[task]
+                    task.cancel()   # its connection closes (the CancelledError path)
+
+    def _on_new_data(self, event) -> None:
+        """An append or a HW move, on whatever thread made it: wake the fetches waiting for
+        data. Nothing is scheduled while no fetch waits (most appends): a fetch registers its
+        waiter before it reads again, so an append it missed is one that read sees."""
+        if self._data_waiters:
+            self._loop.call_soon_threadsafe(self._wake_fetches)
 
     def _wake_fetches(self) -> None:
         for waiter in list(self._data_waiters):
@@ -249,11 +275,14 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 if first:   # a request that did not have to be waited for: let others in first
                     await asyncio.sleep(0)
             except (BlockingIOError, InterruptedError):
+                # Waiting for the client: idle until bytes come, or until the idle sweep cancels
+                # this wait and the connection closes (idle, or stalled in a frame).
+                task = asyncio.current_task()
+                self._waiting_since[task] = loop.time()
                 try:
-                    async with asyncio.timeout(self.idle_timeout_s):   # a timer, not a new task
-                        k = await loop.sock_recv_into(conn, memoryview(buf)[got:])
-                except TimeoutError:
-                    return None    # idle, or stalled in the middle of a frame: close
+                    k = await loop.sock_recv_into(conn, memoryview(buf)[got:])
+                finally:
+                    self._waiting_since.pop(task, None)
             if not k:
                 return None
             got += k
@@ -518,24 +547,31 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         return error_code(e)
 
     async def _fetch(self, version, body, header) -> dict:
+        """Answer at once when min_bytes are there (or an error, or max_wait_ms is 0); else wait
+        for appends up to max_wait_ms, reading again after each (Kafka's DelayedFetch)."""
         deadline = time.monotonic() + max(body.get("max_wait_ms", 0), 0) / 1000
         min_bytes = body.get("min_bytes", 1)
+        responses, total = self._read_fetch(body)
+        if total < min_bytes and deadline > time.monotonic() and not self._has_errors(responses):
+            responses = await self._delayed_fetch(body, min_bytes, deadline)
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+    async def _delayed_fetch(self, body, min_bytes: int, deadline: float) -> list:
         waiter = asyncio.Event()
-        self._data_waiters.add(waiter)
+        self._data_waiters.add(waiter)   # before reading again: no append can slip between
         try:
             while True:
                 waiter.clear()
                 responses, total = self._read_fetch(body)
                 remaining = deadline - time.monotonic()
                 if total >= min_bytes or remaining <= 0 or self._has_errors(responses):
-                    break
+                    return responses
                 try:
                     await asyncio.wait_for(waiter.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
         finally:
             self._data_waiters.discard(waiter)
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
     @staticmethod
     def _has_errors(responses) -> bool:

@@ -895,7 +895,11 @@ def test_real_clients_get_identical_records_over_the_sendfile_and_the_copy_path(
             assert sent_since(server, before)[0] == 0
 
 
-def test_a_long_poll_returns_as_soon_as_a_producer_appends(inproc):
+@pytest.mark.parametrize("appender", ["network producer", "another thread, in process"])
+def test_a_long_poll_returns_as_soon_as_a_producer_appends(inproc, appender):
+    """The append wakes the waiting fetch whether it comes through the server's own event loop
+    (a Produce request) or from another thread of the process (a notebook's producer), where the
+    server learns of it through the broker's events."""
     broker, start = inproc
     broker.create_topic("poll", 1)
     server = start()
@@ -912,9 +916,12 @@ def test_a_long_poll_returns_as_soon_as_a_producer_appends(inproc):
     poller.start()
     time.sleep(0.6)
     batch = random_batch(3, 200, random.Random(3))
-    with Conn(server.port) as c:
-        produced_at = time.monotonic()
-        assert produce_raw(c, "poll", 0, batch)["error_code"] == 0
+    produced_at = time.monotonic()
+    if appender == "network producer":
+        with Conn(server.port) as c:
+            assert produce_raw(c, "poll", 0, batch)["error_code"] == 0
+    else:
+        broker.produce("poll", 0, batch, acks=1)
     poller.join(15)
     assert not poller.is_alive() and "response" in result
     assert result["answered"] - produced_at < 1.0, "the append must wake the waiting fetch"

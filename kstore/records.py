@@ -436,7 +436,7 @@ class RecordBatch:
             raise CorruptRecordError(
                 f"record batch at offset {self.base_offset} is truncated: header says "
                 f"{size} bytes, only {len(self.buffer)} present")
-        computed = crc32c(memoryview(self.buffer)[ATTRIBUTES_OFFSET:size])   # compute_crc()
+        computed = self.compute_crc()
         if computed != self.crc:
             raise CorruptRecordError(
                 f"record batch at offset {self.base_offset} is corrupt (stored crc = "

@@ -22,6 +22,8 @@ response header v0. It mirrors three parts of Kafka's client library:
 * `ApiKeys` / `Errors` (API_KEYS, SUPPORTED, FLEXIBLE_FROM, ERRORS).
 
 There is ONE encoder and ONE decoder; both walk a `Message`'s fields for the requested version.
+(In front of them runs a fast path compiled from the same schemas, which leaves anything unusual,
+and so every error, to them: see "the compiled codec" below.)
 A body is a plain dict (arrays are lists of dicts). As in Kafka's generated classes, every field has
 a value: `decode_*` fills the fields a version does not carry with their defaults, and the encoder
 takes a missing key to mean "the default". A key that no version of the message has is refused (it
@@ -36,9 +38,13 @@ slice as its own chunk, for the server to send with `os.sendfile`.
 
 from __future__ import annotations
 
+import linecache
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 __all__ = [
@@ -866,6 +872,8 @@ def _names(fields: tuple[Field, ...]) -> frozenset[str]:
 class _Out:
     """Byte chunks under construction; file slices (objects with `.size`) become chunks of their own."""
 
+    __slots__ = ("chunks", "buf", "allow_slices")
+
     def __init__(self, allow_slices: bool):
         self.chunks: list[bytes | object] = []
         self.buf = bytearray()
@@ -880,6 +888,16 @@ class _Out:
             self.chunks.append(bytes(self.buf))
             self.chunks.append(obj)
             self.buf = bytearray()
+
+    def mark(self) -> tuple:
+        """Where encoding stands, for `rewind` (a miss drops what the compiled encoder wrote)."""
+        return len(self.chunks), self.buf, len(self.buf)
+
+    def rewind(self, mark: tuple) -> None:
+        chunks, buf, size = mark
+        del self.chunks[chunks:]
+        del buf[size:]
+        self.buf = buf
 
     def finish(self) -> list[bytes | object]:
         if self.buf or not self.chunks:
@@ -960,6 +978,13 @@ def _encode_struct(out: _Out, fields: tuple[Field, ...], body: Any, version: int
 
 
 def _encode(message: Message, version: int, body: dict, out: _Out) -> None:
+    """Encode `body` into `out`: by the compiled encoder, or, when it misses, by the reference."""
+    mark = out.mark()
+    try:
+        _compiled_encoder(message.fields, version)(out, body)
+        return
+    except _MISSES:
+        out.rewind(mark)  # the reference starts again from the same place, with its own errors
     try:
         _encode_struct(out, message.fields, body, version)
     except _Fault as e:
@@ -1053,6 +1078,13 @@ def _decode_struct(buf, pos: int, fields: tuple[Field, ...], version: int) -> tu
 
 
 def _decode(message: Message, version: int, frame, offset: int, whole: bool = True) -> tuple[dict, int]:
+    """Decode a body: by the compiled decoder, or, when it misses, by the reference."""
+    try:
+        body, pos = _compiled_decoder(message.fields, version)(frame, offset)
+        if pos == len(frame) or not whole:
+            return body, pos
+    except _MISSES:
+        pass  # the reference decodes it again: the same result, or the error saying where
     try:
         body, pos = _decode_struct(frame, offset, message.fields, version)
     except _Fault as e:
@@ -1076,6 +1108,297 @@ def _message(api_key: int, version: int, kind: str) -> Message:
         raise UnsupportedVersionError(f"{message.name} v{version} is not implemented "
                                       f"(versions {lo}-{hi})")
     return message
+
+
+# ---- the compiled codec: a fast path in front of the encoder and decoder above ----
+#
+# `_encode_struct` / `_decode_struct` interpret a schema: for every value they look its type up,
+# test it and call a helper, which costs the broker microseconds on every request. Here each
+# (fields, version) plan is compiled once, from the same schemas, into a Python function made for
+# it, much as Kafka's MessageGenerator turns the JSON into Java: a run of consecutive fixed-width
+# fields is one struct.Struct call, dict keys are constants, an array of structs calls its
+# element's own compiled function. `_compiled_decoder(fields, version).source` shows the code.
+#
+# The compiled functions know only the expected case. Wherever the reference would raise
+# (truncation, a bad length, invalid UTF-8, a wrong type, an unknown key, an int out of range,
+# ...) they give up, raising _Miss or letting a struct, Unicode or type error out; `_encode` /
+# `_decode` then drop what they made and run the reference from the start, which returns the same
+# result or raises its exact error. It is the pattern of the native record codec (kstore/_codec.c
+# behind records._run_codec): a fast function that steps aside, one reference that owns the errors.
+
+class _Miss(Exception):
+    """Internal: the compiled codec met input it leaves to the reference (which will raise)."""
+
+
+# What a compiled function may stop at; any of these sends the input to the reference. (_Fault
+# comes from _Out.slice, which the compiled encoder shares with the reference.)
+_MISSES = (_Miss, _Fault, struct.error, ValueError, TypeError)
+
+# struct codes of the fixed-width types ("?" reads any nonzero byte as True, as Kafka does)
+_FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "bool": "?"}
+
+_NULL_LENGTH = {"string": b"\xff\xff", "bytes": b"\xff\xff\xff\xff", "records": b"\xff\xff\xff\xff",
+                "array": b"\xff\xff\xff\xff"}
+
+# A string, bytes or records value of `n` bytes at `pos`, made as _decode_value makes it.
+_SIZED_VALUE = {
+    "string": 'str(buf[pos:pos + n], "utf-8")',
+    "bytes": "bytes(buf[pos:pos + n])",
+    # a request received into a bytearray keeps its batches as a view of it (see _decode_value)
+    "records": ("memoryview(buf)[pos:pos + n] if isinstance(buf, bytearray) "
+                "else bytes(buf[pos:pos + n])"),
+}
+
+
+def _all_ints(values) -> bool:
+    """isinstance(v, int) for every v, as the reference tests each value. (struct.pack alone would
+    also take objects with __index__, such as numpy integers, and anything at all for "?".)"""
+    return all(map(int.__instancecheck__, values))
+
+
+class _Source:
+    """Python source under construction, as the template engine of "500 Lines or Less" builds it:
+    lines at an indentation, and the objects (struct codecs, element functions, defaults) that the
+    lines name."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 1
+        self.objects: dict[str, Any] = {"_Miss": _Miss, "_all_ints": _all_ints}
+        self.names: dict[int, str] = {}
+
+    def add(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    @contextmanager
+    def block(self, header: str):
+        self.add(header)
+        self.depth += 1
+        yield
+        self.depth -= 1
+
+    def name(self, obj: Any, hint: str) -> str:
+        """The name under which the generated code reaches `obj`."""
+        if id(obj) not in self.names:
+            self.names[id(obj)] = name = f"_{hint}{len(self.names)}"
+            self.objects[name] = obj
+        return self.names[id(obj)]
+
+    def function(self, signature: str, doc: str):
+        source = f"def {signature}:\n    {doc!r}\n" + "\n".join(self.lines) + "\n"
+        filename = f"<kstore.protocol: {doc}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace = dict(self.objects)
+        exec(compile(source, filename, "exec"), namespace)
+        function = namespace[signature.partition("(")[0]]
+        function.source = source
+        return function
+
+
+def _wire_runs(plan: tuple[tuple[Field, bool], ...]) -> list[tuple[bool, list[tuple[Field, bool]]]]:
+    """The plan cut into runs: (True, consecutive fixed-width fields) or (False, other fields)."""
+    return [(fixed, list(run)) for fixed, run in groupby(plan, key=lambda fn: fn[0].type in _FIXED)]
+
+
+def _describe(fields: tuple[Field, ...], version: int) -> str:
+    names = [f.name for f in fields] or ["no fields"]
+    return f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''} v{version}"
+
+
+# -- decoding --
+
+@lru_cache(maxsize=None)
+def _compiled_decoder(fields: tuple[Field, ...], version: int):
+    """`decode(buf, pos) -> (dict, pos)`: _decode_struct compiled for one plan (the fast path)."""
+    src = _Source()
+    variable = {f.name: f"v{i}" for i, f in enumerate(fields)}
+    for fixed, run in _wire_runs(_plan(fields, version)):
+        if fixed:
+            _read_fixed(src, [variable[f.name] for f, _ in run], [f.type for f, _ in run])
+        else:
+            for field, nullable in run:
+                _read_field(src, variable[field.name], field, nullable, version)
+    # every field in schema order; those the version lacks at their defaults, as _decode_struct
+    entries = []
+    for f in fields:
+        if f.in_version(version):
+            value = variable[f.name]
+        elif isinstance(f.default, list):
+            value = f"list({src.name(f.default, 'default')})"  # a fresh list, as default_value()
+        else:
+            value = src.name(f.default, "default")
+        entries.append(f"{f.name!r}: {value}")
+    src.add(f"return {{{', '.join(entries)}}}, pos")
+    return src.function("decode(buf, pos)", f"decode {_describe(fields, version)}")
+
+
+def _read_fixed(src: _Source, targets: list[str], types: list[str]) -> None:
+    codec = struct.Struct(">" + "".join(_FIXED[t] for t in types))
+    src.add(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = "
+            f"{src.name(codec.unpack_from, 'unpack')}(buf, pos)")
+    src.add(f"pos += {codec.size}")
+
+
+def _null_if_allowed(src: _Source, bad_length: str, length: str, target: str,
+                     nullable: bool) -> None:
+    """`if <bad length>:` a null where the version allows one (-1), else a miss."""
+    with src.block(f"if {bad_length}:"):
+        if nullable:
+            src.add(f"if {length} != -1: raise _Miss")
+            src.add(f"{target} = None")
+        else:
+            src.add("raise _Miss")
+
+
+def _read_sized(src: _Source, target: str, type_: str, nullable: bool) -> None:
+    """A string (int16 length) or bytes / records (int32 length)."""
+    length = _I16 if type_ == "string" else _I32
+    src.add(f"n, = {src.name(length.unpack_from, 'unpack')}(buf, pos)")
+    src.add(f"pos += {length.size}")
+    _null_if_allowed(src, "n < 0 or pos + n > len(buf)", "n", target, nullable)
+    with src.block("else:"):
+        src.add(f"{target} = {_SIZED_VALUE[type_]}")
+        src.add("pos += n")
+
+
+def _read_field(src: _Source, target: str, field: Field, nullable: bool, version: int) -> None:
+    if not field.is_array:
+        _read_sized(src, target, field.type, nullable)
+        return
+    src.add(f"count, = {src.name(_I32.unpack_from, 'unpack')}(buf, pos)")
+    src.add("pos += 4")
+    # as _decode_struct: every element takes at least one byte, so a count above the bytes left
+    # is refused before any element is read
+    _null_if_allowed(src, "count < 0 or count > len(buf) - pos", "count", target, nullable)
+    with src.block("else:"):
+        element = field.element_type
+        if element is None:
+            decode = src.name(_compiled_decoder(field.fields, version), "decode")
+            src.add(f"{target} = []")
+            with src.block("for _ in range(count):"):
+                src.add(f"item, pos = {decode}(buf, pos)")
+                src.add(f"{target}.append(item)")
+        elif element in _FIXED:   # all the elements in one call
+            unpack = src.name(struct.unpack_from, "unpack_from")
+            src.add(f"{target} = list({unpack}('>%d{_FIXED[element]}' % count, buf, pos))")
+            src.add(f"pos += count * {struct.calcsize('>' + _FIXED[element])}")
+        else:
+            src.add(f"{target} = []")
+            with src.block("for _ in range(count):"):
+                _read_sized(src, "item", element, False)
+                src.add(f"{target}.append(item)")
+
+
+# -- encoding --
+
+@lru_cache(maxsize=None)
+def _compiled_encoder(fields: tuple[Field, ...], version: int):
+    """`encode(out, body)`: _encode_struct compiled for one plan (the fast path)."""
+    plan = _plan(fields, version)
+    src = _Source()
+    # A dict with as many keys as this version has fields is most likely just those fields: it is
+    # read as it is. Any other body, or one where that fails, goes through complete(), which
+    # misses where the reference refuses the keys, and fills in the defaults of those missing.
+    complete = src.name(_completer(fields, plan), "complete")
+    with src.block(f"if body.__class__ is not dict or len(body) != {len(plan)}:"):
+        src.add(f"body = {complete}(body)")
+    variable = {field.name: f"v{i}" for i, (field, _) in enumerate(plan)}
+    if plan:
+        values = ", ".join(variable.values())
+        take = src.name(itemgetter(*variable), "take")   # a tuple of values (or one value)
+        with src.block("try:"):
+            src.add(f"{values} = {take}(body)")
+        with src.block("except KeyError:  # a key of another version in place of one of this"):
+            src.add(f"{values} = {take}({complete}(body))")
+    src.add("buf = out.buf")
+    for fixed, run in _wire_runs(plan):
+        if fixed:
+            _write_fixed(src, [variable[f.name] for f, _ in run], [f.type for f, _ in run])
+        else:
+            for field, nullable in run:
+                _write_field(src, variable[field.name], field, nullable, version)
+    return src.function("encode(out, body)", f"encode {_describe(fields, version)}")
+
+
+def _completer(fields: tuple[Field, ...], plan: tuple[tuple[Field, bool], ...]):
+    known = _names(fields)
+    defaults = {f.name: f.default for f, _ in plan}
+
+    def complete(body: Any) -> dict:
+        """`body` with the fields it omits at their defaults (body.get(name, default) in
+        _encode_struct); a miss for anything but a plain dict of known keys."""
+        if body.__class__ is not dict or not known.issuperset(body):
+            raise _Miss
+        return {**defaults, **body}
+    return complete
+
+
+def _write_fixed(src: _Source, values: list[str], types: list[str]) -> None:
+    codec = struct.Struct(">" + "".join(_FIXED[t] for t in types))
+    # the common case costs a class test; bools in int fields, IntEnums, ... are checked properly
+    unusual = " or ".join(f"{v}.__class__ is not {'bool' if t == 'bool' else 'int'}"
+                          for v, t in zip(values, types))
+    as_tuple = f"({', '.join(values)}{',' if len(values) == 1 else ''})"
+    src.add(f"if ({unusual}) and not _all_ints({as_tuple}): raise _Miss")
+    # an int out of range: struct.error, a miss
+    src.add(f"buf += {src.name(codec.pack, 'pack')}({', '.join(values)})")
+
+
+def _null_or_miss(src: _Source, value: str, nullable: bool, kind: str) -> None:
+    """The branches after the expected types: a null (-1) where the version allows one, else
+    a miss."""
+    if nullable:
+        with src.block(f"elif {value} is None:"):
+            src.add(f"buf += {_NULL_LENGTH[kind]!r}")
+    with src.block("else:"):
+        src.add("raise _Miss")
+
+
+def _write_sized(src: _Source, value: str, type_: str, nullable: bool) -> None:
+    """A string (int16 length) or bytes / records (int32 length, or a file slice for records)."""
+    if type_ == "string":
+        with src.block(f"if isinstance({value}, str):"):
+            src.add(f'data = {value}.encode("utf-8")')
+            src.add("if len(data) > 0x7FFF: raise _Miss")
+            src.add(f"buf += {src.name(_I16.pack, 'pack')}(len(data))")
+            src.add("buf += data")
+        _null_or_miss(src, value, nullable, type_)
+        return
+    pack_length = src.name(_I32.pack, "pack")
+    with src.block(f"if {value}.__class__ is bytes:"):
+        src.add(f"buf += {pack_length}(len({value}))")
+        src.add(f"buf += {value}")
+    with src.block(f"elif isinstance({value}, (bytes, bytearray, memoryview)):"):
+        src.add(f'data = memoryview({value}).cast("B")')
+        src.add(f"buf += {pack_length}(len(data))")
+        src.add("buf += data")
+    if type_ == "records":   # a file slice: a chunk of its own (out.slice checks its size)
+        with src.block(f"elif out.allow_slices and hasattr({value}, 'size'):"):
+            src.add(f"out.slice({value})")
+            src.add("buf = out.buf")
+    _null_or_miss(src, value, nullable, type_)
+
+
+def _write_field(src: _Source, value: str, field: Field, nullable: bool, version: int) -> None:
+    if not field.is_array:
+        _write_sized(src, value, field.type, nullable)
+        return
+    with src.block(f"if isinstance({value}, (list, tuple)):"):
+        src.add(f"buf += {src.name(_I32.pack, 'pack')}(len({value}))")
+        element = field.element_type
+        if element is None:
+            encode = src.name(_compiled_encoder(field.fields, version), "encode")
+            with src.block(f"for item in {value}:"):
+                src.add(f"{encode}(out, item)")
+            src.add("buf = out.buf   # a records slice in an element starts a new chunk")
+        elif element in _FIXED:   # all the elements in one call
+            src.add(f"if not _all_ints({value}): raise _Miss")
+            pack = src.name(struct.pack, "pack")
+            src.add(f"buf += {pack}('>%d{_FIXED[element]}' % len({value}), *{value})")
+        else:
+            with src.block(f"for item in {value}:"):
+                _write_sized(src, "item", element, False)
+    _null_or_miss(src, value, nullable, "array")
 
 
 # ---- varints (only to skip the tagged-field section of a flexible request header) ----
@@ -1113,6 +1436,14 @@ def decode_request_header(frame: bytes) -> RequestHeader:
     (FLEXIBLE_FROM) the header is v2 and ends in a tagged-field section, skipped here, so that a
     too-new ApiVersions request can still be answered. An unknown api key is read as header v1.
     """
+    try:  # the compiled decoder reads header v1; a v2 header, or a miss, goes to the reference
+        fields, pos = _compiled_decoder(REQUEST_HEADER.fields, 1)(frame, 0)
+        api_key, api_version = fields["request_api_key"], fields["request_api_version"]
+        if not (api_key in FLEXIBLE_FROM and api_version >= FLEXIBLE_FROM[api_key]):
+            return RequestHeader(api_key, api_version, fields["correlation_id"],
+                                 fields["client_id"], pos)
+    except _MISSES:
+        pass
     try:
         fields, pos = _decode_struct(frame, 0, REQUEST_HEADER.fields, 1)
         api_key, api_version = fields["request_api_key"], fields["request_api_version"]

@@ -66,6 +66,112 @@ class ServerStats:
     accept_errors: int = 0             # accept() out of descriptors / memory
 
 
+_SIZE = struct.Struct(">i")
+
+
+class _BadFrameSize(Exception):
+    """A request size prefix below 0 or above socket.request.max.bytes."""
+
+
+class _Channel:
+    """A client connection's receiving side (Kafka's KafkaChannel with its NetworkReceive, and
+    the read interest its Selector keeps).
+
+    * Bytes are received in chunks into one buffer: a request usually arrives with its size
+      prefix in a single `recv`, and a client that pipelines requests has the next one waiting
+      there. A request larger than the buffer is completed straight into its own buffer.
+    * The read interest stays registered with the event loop from one request to the next, as
+      Kafka's Selector keeps OP_READ set. Waiting for a request then costs one future;
+      `loop.sock_recv_into` would add the descriptor to epoll and remove it again each time.
+      The readiness callback receives the bytes itself, as `sock_recv_into`'s does: a report
+      that is stale when it runs finds nothing to read and leaves the waiter waiting. Readiness
+      is level-triggered: if bytes arrive while nobody waits (a request is being handled), the
+      callback drops the registration so the loop does not spin; the next wait adds it back.
+    * `waiting_since` (loop time; None while not waiting) is what the idle sweep reads.
+    """
+
+    CHUNK = 64 * 1024
+
+    __slots__ = ("loop", "sock", "fd", "task", "waiter", "view", "registered", "waiting_since",
+                 "waited", "buf", "start", "end")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, task: asyncio.Task):
+        self.loop, self.sock, self.fd, self.task = loop, sock, sock.fileno(), task
+        self.waiter: asyncio.Future | None = None
+        self.view: memoryview | None = None
+        self.registered = False
+        self.waiting_since: float | None = None
+        self.waited = False              # set by each wait for bytes (the caller resets it)
+        self.buf = bytearray(self.CHUNK)
+        self.start = self.end = 0        # the received bytes not yet taken: buf[start:end]
+
+    # ---- the buffered bytes
+    @property
+    def buffered(self) -> int:
+        return self.end - self.start
+
+    def take(self, n: int) -> bytearray:
+        """The next n buffered bytes, in a buffer of their own (a request may keep it)."""
+        out = self.buf[self.start:self.start + n]
+        self.start += n
+        return out
+
+    async def receive(self) -> int:
+        """Receive what the client has sent (waiting until it sends something) after the
+        buffered bytes; 0 when it closed the connection."""
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif self.end == len(self.buf):      # full: move the unread bytes to the front
+            n = self.end - self.start
+            self.buf[:n] = self.buf[self.start:self.end]
+            self.start, self.end = 0, n
+        k = await self.recv_into(memoryview(self.buf)[self.end:])
+        self.end += k
+        return k
+
+    async def recv_into(self, view: memoryview) -> int:
+        """Bytes into `view`: at once when some are here, else after waiting for them."""
+        try:
+            return self.sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return await self._wait_recv_into(view)
+
+    # ---- waiting
+    async def _wait_recv_into(self, view: memoryview) -> int:
+        waiter = self.loop.create_future()
+        self.waiter, self.view, self.waiting_since = waiter, view, self.loop.time()
+        self.waited = True
+        if not self.registered:
+            self.loop.add_reader(self.fd, self._ready)
+            self.registered = True
+        try:
+            return await waiter
+        finally:
+            self.waiter = self.view = self.waiting_since = None
+
+    def _ready(self) -> None:
+        waiter = self.waiter
+        if waiter is None:
+            self.loop.remove_reader(self.fd)
+            self.registered = False
+            return
+        if waiter.done():
+            return
+        try:
+            n = self.sock.recv_into(self.view)
+        except (BlockingIOError, InterruptedError):
+            return                                 # stale: keep waiting
+        except Exception as e:
+            waiter.set_exception(e)
+        else:
+            waiter.set_result(n)
+
+    def close(self) -> None:
+        if self.registered and not self.loop.is_closed():
+            self.loop.remove_reader(self.fd)
+            self.registered = False
+
+
 class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
     fetch_sender = None   # or a learner's serve_fetch (`kstore serve --my-engine`, live.fetch_serving)
     on_listening = None   # called with the bound port once the server accepts connections
@@ -97,9 +203,9 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
-        # Connections waiting for a client's bytes: task -> loop time the wait began. The idle
-        # sweep closes a wait older than connections.max.idle.ms (see _expire_idle_connections).
-        self._waiting_since: dict[asyncio.Task, float] = {}
+        # The open connections; the idle sweep closes one whose wait for its client's bytes is
+        # older than connections.max.idle.ms.
+        self._open: set[_Channel] = set()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._data_waiters: set[asyncio.Event] = set()
@@ -188,15 +294,17 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         requests, or stalled in the middle of one. Kafka's Selector keeps the channels in order
         of last activity and closes the idle ones as it polls; here a sweep every tenth of the
         limit (at most 1 s) cancels such a connection's wait. No timer is armed per read: a
-        request costs one dictionary entry, not a timer on the event loop's heap."""
+        wait costs a timestamp on the connection's channel, not a timer on the event loop's
+        heap."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(1.0, max(self.idle_timeout_s / 10, 0.01)))
             oldest_allowed = loop.time() - self.idle_timeout_s
-            for task, since in list(self._waiting_since.items()):
-                if since <= oldest_allowed:
-                    del self._waiting_since[task]
-                    task.cancel()   # its connection closes (the CancelledError path)
+            for channel in list(self._open):
+                since = channel.waiting_since
+                if since is not None and since <= oldest_allowed:
+                    channel.waiting_since = None
+                    channel.task.cancel()   # its connection closes (the CancelledError path)
 
     def _on_new_data(self, event) -> None:
         """An append or a HW move, on whatever thread made it: wake the fetches waiting for
@@ -260,46 +368,60 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _recv_exactly(self, conn: socket.socket, n: int, first: bool) -> bytearray | None:
-        """The next n bytes, received straight into one buffer: a Produce request's batches are
-        validated, stamped with offsets and written to the segment from this buffer."""
-        loop = asyncio.get_running_loop()
-        buf, got = bytearray(min(n, 1 << 20)), 0
+    async def _next_frame(self, channel: _Channel) -> bytearray | None:
+        """The next request (without its size prefix), or None when the client closed.
+        Raises _BadFrameSize for a size below 0 or above socket.request.max.bytes."""
+        channel.waited = False
+        while channel.buffered < 4:
+            if not await channel.receive():
+                return None
+        (size,) = _SIZE.unpack_from(channel.buf, channel.start)
+        if size < 0 or size > self.max_request_size:
+            raise _BadFrameSize(size)
+        channel.start += 4
+        if channel.buffered >= size:
+            frame = channel.take(size)
+        else:
+            frame = await self._complete_frame(channel, channel.take(channel.buffered), size)
+        if not channel.waited:
+            # A request that was already here (a client pipelining them): let the loop serve
+            # the other connections before this one is handled.
+            await asyncio.sleep(0)
+        return frame
+
+    @staticmethod
+    async def _complete_frame(channel: _Channel, head: bytearray, n: int) -> bytearray | None:
+        """A request larger than what arrived with its size: the rest is received straight into
+        its own buffer (a Produce request's batches are validated, stamped with offsets and
+        written to the segment from it). The buffer grows as bytes arrive: a size prefix alone
+        allocates at most 1 MiB."""
+        got = len(head)
+        buf = bytearray(min(n, max(got, 1 << 20)))
+        buf[:got] = head
         while got < n:
-            if got == len(buf):  # grown as bytes arrive: a size prefix alone allocates ≤ 1 MiB
+            if got == len(buf):
                 grown = bytearray(min(n, 2 * len(buf)))
                 grown[:got] = buf
                 buf = grown
-            try:   # bytes already here are taken at once: no future, no timer (most requests)
-                k = conn.recv_into(memoryview(buf)[got:])
-                if first:   # a request that did not have to be waited for: let others in first
-                    await asyncio.sleep(0)
-            except (BlockingIOError, InterruptedError):
-                # Waiting for the client: idle until bytes come, or until the idle sweep cancels
-                # this wait and the connection closes (idle, or stalled in a frame).
-                task = asyncio.current_task()
-                self._waiting_since[task] = loop.time()
-                try:
-                    k = await loop.sock_recv_into(conn, memoryview(buf)[got:])
-                finally:
-                    self._waiting_since.pop(task, None)
+            # Waiting for the client: until bytes come, or until the idle sweep cancels this
+            # wait and the connection closes (stalled in a frame).
+            k = await channel.recv_into(memoryview(buf)[got:])
             if not k:
                 return None
             got += k
         return buf
 
     async def _connection(self, conn: socket.socket, ip: str) -> None:
+        channel = _Channel(asyncio.get_running_loop(), conn, asyncio.current_task())
+        self._open.add(channel)
         try:
             client_host.set(conn.getpeername()[0])
             while True:
-                size_bytes = await self._recv_exactly(conn, 4, first=True)
-                if size_bytes is None:
-                    return
-                (size,) = struct.unpack(">i", size_bytes)
-                if size < 0 or size > self.max_request_size:
+                try:
+                    frame = await self._next_frame(channel)
+                except _BadFrameSize:
                     self.stats.closed_for_errors += 1
                     return   # Kafka: InvalidReceiveException, the connection is closed
-                frame = await self._recv_exactly(conn, size, first=False)
                 if frame is None:
                     return
                 try:
@@ -313,6 +435,8 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         except (ConnectionError, OSError, asyncio.CancelledError):
             return
         finally:
+            channel.close()   # before the descriptor is closed (and perhaps reused)
+            self._open.discard(channel)
             self.stats.connections_closed += 1
             conn.close()
             self.quotas.dec(ip)
@@ -343,18 +467,16 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             await self._send_buffers(conn, pending, 0)
 
     async def _send_buffers(self, conn: socket.socket, buffers: list, flags: int) -> None:
-        views = [memoryview(b) for b in buffers if len(b)]
-        while views:
+        """Gathering writes until every buffer is sent (usually the first takes them all)."""
+        while True:
             try:
-                n = conn.sendmsg(views, (), flags)
+                n = conn.sendmsg(buffers, (), flags)
             except (BlockingIOError, InterruptedError):
                 await self._writable(conn)
                 continue
-            while n and views:                       # drop what the kernel took
-                if n >= len(views[0]):
-                    n -= len(views.pop(0))
-                else:
-                    views[0], n = views[0][n:], 0
+            if n == sum(map(len, buffers)):
+                return
+            buffers = _unsent(buffers, n)
 
     async def _writable(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -775,6 +897,17 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 parts.append(entry)
             topics.append({"topic": topic["topic"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _unsent(buffers: list, sent: int) -> list[memoryview]:
+    """What is left of `buffers` after a gathering write took its first `sent` bytes."""
+    views = [memoryview(b) for b in buffers if len(b)]
+    while sent:
+        if sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        else:
+            views[0], sent = views[0][sent:], 0
+    return views
 
 
 def _check_client_batches(records: bytes, version: int = 3) -> None:

@@ -26,6 +26,7 @@ Every socket read has a timeout and every wait a deadline, so nothing can hang.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import signal
@@ -929,6 +930,91 @@ def test_a_long_poll_returns_as_soon_as_a_producer_appends(inproc, appender):
     part = by_partition(result["response"])[("poll", 0)]
     assert part["error_code"] == 0 and part["high_watermark"] == 3
     assert same_batch(part["records"], batch)
+
+
+@pytest.mark.parametrize("pieces", ["one write", "random pieces"])
+def test_requests_are_framed_across_receive_buffer_boundaries(inproc, pieces):
+    """The broker receives a connection's bytes in 64 KiB chunks (kstore.server._Channel): small
+    requests around Produce requests larger than a chunk, all in one write or dribbled in random
+    pieces (a size prefix split, a frame ending just past a chunk). Each is answered, in order,
+    and each batch is stored byte for byte as sent."""
+    broker, start = inproc
+    broker.create_topic("frames", 1)
+    server = start()
+    rng = random.Random(31 if pieces == "one write" else 32)
+    sizes = [300_000, 64 * 1024 - 200, 70_000, 10, 1_000_000, 5]   # bytes per record value
+    batches = [random_batch(1, n, rng) for n in sizes]
+    plan = []
+    for i, batch in enumerate(batches):
+        plan.append((API["ApiVersions"], 2, {}))
+        plan.append((API["Produce"], 3, {"transactional_id": None, "acks": 1, "timeout_ms": 10000,
+                                         "topic_data": [{"name": "frames", "partition_data": [
+                                             {"index": 0, "records": batch}]}]}))
+    with Conn(server.port, timeout=20) as c:
+        data, cids = bytearray(), []
+        for n, (key, version, body) in enumerate(plan):
+            cid, frame = c.frame(key, version, body, cid=500 + n)
+            data += frame
+            cids.append((cid, key, version))
+        if pieces == "one write":
+            c.sock.sendall(data)
+        else:
+            at = 0
+            while at < len(data):
+                n = rng.choice([1, 3, 4, 5, rng.randrange(1, 200_000)])
+                c.sock.sendall(data[at:at + n])
+                at += n
+                if rng.random() < 0.1:
+                    time.sleep(0.002)
+        offsets = []
+        for cid, key, version in cids:
+            got, body = P.decode_response(key, version, c.recv_frame())
+            assert got == cid, "answers must come in request order"
+            if key == API["Produce"]:
+                part = body["responses"][0]["partition_responses"][0]
+                assert part["error_code"] == 0
+                offsets.append(part["base_offset"])
+    assert offsets == list(range(len(batches)))
+    stored = broker.get_log("frames", 0).read(0, 64 << 20).records.to_memory_records().batches()
+    assert [same_batch(b.to_bytes(), sent) for b, sent in zip(stored, batches)] == [True] * len(batches)
+    assert server.stats.closed_for_errors == 0
+
+
+@pytest.mark.parametrize("prefix_bytes_in_first_chunk", [0, 1, 2, 3, 4])
+def test_a_size_prefix_split_at_the_end_of_the_receive_buffer(tmp_path, prefix_bytes_in_first_chunk):
+    """_Channel's buffer boundary, made to happen: the first receive fills the 64 KiB buffer
+    exactly, with 0-4 bytes of the next request's size prefix at its end; frames after it are
+    smaller and larger than the buffer. Every frame comes back whole and in order."""
+    from kstore.server import _Channel
+    chunk = _Channel.CHUNK
+    first = chunk - 4 - prefix_bytes_in_first_chunk   # frame 1 + 0-4 prefix bytes = one chunk
+    rng = random.Random(prefix_bytes_in_first_chunk)
+    # the frame whose prefix straddles is over 64 KiB: its prefix differs from the first one's
+    frames = [rng.randbytes(n) for n in (first, 3 * chunk + 5, 7, chunk - 4, 0, 1, chunk)]
+    data = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    broker = Broker(str(tmp_path / "logs"))
+    server = KafkaServer(broker, "127.0.0.1", 0)
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(data[:chunk])                  # all there before the first receive
+        writer = threading.Thread(target=theirs.sendall, args=(data[chunk:],))
+
+        async def receive_all():
+            ours.setblocking(False)
+            channel = _Channel(asyncio.get_running_loop(), ours, asyncio.current_task())
+            writer.start()
+            try:
+                return [await server._next_frame(channel) for _ in frames]
+            finally:
+                channel.close()
+
+        got = asyncio.run(receive_all())
+        writer.join()
+        assert [bytes(f) for f in got] == frames
+    finally:
+        ours.close()
+        theirs.close()
+        broker.shutdown()
 
 
 def test_fetch_waits_up_to_max_wait_ms_for_min_bytes(inproc):

@@ -318,19 +318,19 @@ def test_index_view_follows_appends_to_the_active_segment(small_log):
 # ------------------------------------------------------------------------------------------------
 
 def _engine_probes(index, target):
-    """The slots the engine's own binary search reads (AbstractIndex._read wrapped around
-    `largest_lower_bound_slot_for`, the search inside `OffsetIndex.lookup`)."""
+    """The slots the engine's own binary search reads (the key of each probed slot, `_key`,
+    wrapped around `largest_lower_bound_slot_for`, the search inside `OffsetIndex.lookup`)."""
     slots = []
-    original = index._read
+    original = index._key
 
     def spy(n):
         slots.append(n)
         return original(n)
-    index._read = spy
+    index._key = spy
     try:
         index.largest_lower_bound_slot_for(target)
     finally:
-        del index._read
+        del index._key
     return slots
 
 

@@ -67,6 +67,7 @@ class ServerStats:
 
 
 _SIZE = struct.Struct(">i")
+_NO_BYTES = bytearray()
 
 
 class _BadFrameSize(Exception):
@@ -79,7 +80,9 @@ class _Channel:
 
     * Bytes are received in chunks into one buffer: a request usually arrives with its size
       prefix in a single `recv`, and a client that pipelines requests has the next one waiting
-      there. A request larger than the buffer is completed straight into its own buffer.
+      there. A request larger than the buffer is completed straight into its own buffer. The
+      buffer is small (8 KiB, allocated when the client first sends), so thousands of idle
+      connections cost little: Fetch, Metadata, offset and group requests fit in it.
     * The read interest stays registered with the event loop from one request to the next, as
       Kafka's Selector keeps OP_READ set. Waiting for a request then costs one future;
       `loop.sock_recv_into` would add the descriptor to epoll and remove it again each time.
@@ -90,7 +93,7 @@ class _Channel:
     * `waiting_since` (loop time; None while not waiting) is what the idle sweep reads.
     """
 
-    CHUNK = 64 * 1024
+    CHUNK = 8 * 1024
 
     __slots__ = ("loop", "sock", "fd", "task", "waiter", "view", "registered", "waiting_since",
                  "waited", "buf", "start", "end")
@@ -102,7 +105,7 @@ class _Channel:
         self.registered = False
         self.waiting_since: float | None = None
         self.waited = False              # set by each wait for bytes (the caller resets it)
-        self.buf = bytearray(self.CHUNK)
+        self.buf = _NO_BYTES                 # until the client first sends
         self.start = self.end = 0        # the received bytes not yet taken: buf[start:end]
 
     # ---- the buffered bytes
@@ -121,6 +124,8 @@ class _Channel:
         buffered bytes; 0 when it closed the connection."""
         if self.start == self.end:
             self.start = self.end = 0
+            if self.buf is _NO_BYTES:
+                self.buf = bytearray(self.CHUNK)
         elif self.end == len(self.buf):      # full: move the unread bytes to the front
             n = self.end - self.start
             self.buf[:n] = self.buf[self.start:self.end]

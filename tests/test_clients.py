@@ -934,7 +934,7 @@ def test_a_long_poll_returns_as_soon_as_a_producer_appends(inproc, appender):
 
 @pytest.mark.parametrize("pieces", ["one write", "random pieces"])
 def test_requests_are_framed_across_receive_buffer_boundaries(inproc, pieces):
-    """The broker receives a connection's bytes in 64 KiB chunks (kstore.server._Channel): small
+    """The broker receives a connection's bytes in 8 KiB chunks (kstore.server._Channel): small
     requests around Produce requests larger than a chunk, all in one write or dribbled in random
     pieces (a size prefix split, a frame ending just past a chunk). Each is answered, in order,
     and each batch is stored byte for byte as sent."""
@@ -942,7 +942,7 @@ def test_requests_are_framed_across_receive_buffer_boundaries(inproc, pieces):
     broker.create_topic("frames", 1)
     server = start()
     rng = random.Random(31 if pieces == "one write" else 32)
-    sizes = [300_000, 64 * 1024 - 200, 70_000, 10, 1_000_000, 5]   # bytes per record value
+    sizes = [300_000, 8 * 1024 - 200, 70_000, 10, 1_000_000, 5, 9_000]   # bytes per record value
     batches = [random_batch(1, n, rng) for n in sizes]
     plan = []
     for i, batch in enumerate(batches):
@@ -982,7 +982,7 @@ def test_requests_are_framed_across_receive_buffer_boundaries(inproc, pieces):
 
 @pytest.mark.parametrize("prefix_bytes_in_first_chunk", [0, 1, 2, 3, 4])
 def test_a_size_prefix_split_at_the_end_of_the_receive_buffer(tmp_path, prefix_bytes_in_first_chunk):
-    """_Channel's buffer boundary, made to happen: the first receive fills the 64 KiB buffer
+    """_Channel's buffer boundary, made to happen: the first receive fills the 8 KiB buffer
     exactly, with 0-4 bytes of the next request's size prefix at its end; frames after it are
     smaller and larger than the buffer. Every frame comes back whole and in order."""
     from kstore.server import _Channel
@@ -990,7 +990,8 @@ def test_a_size_prefix_split_at_the_end_of_the_receive_buffer(tmp_path, prefix_b
     first = chunk - 4 - prefix_bytes_in_first_chunk   # frame 1 + 0-4 prefix bytes = one chunk
     rng = random.Random(prefix_bytes_in_first_chunk)
     # the frame whose prefix straddles is over 64 KiB: its prefix differs from the first one's
-    frames = [rng.randbytes(n) for n in (first, 3 * chunk + 5, 7, chunk - 4, 0, 1, chunk)]
+    # in its first two bytes
+    frames = [rng.randbytes(n) for n in (first, 9 * chunk + 5, 7, chunk - 4, 0, 1, chunk)]
     data = b"".join(struct.pack(">i", len(f)) + f for f in frames)
     broker = Broker(str(tmp_path / "logs"))
     server = KafkaServer(broker, "127.0.0.1", 0)

@@ -105,7 +105,7 @@ class _Channel:
         self.registered = False
         self.waiting_since: float | None = None
         self.waited = False              # set by each wait for bytes (the caller resets it)
-        self.buf = _NO_BYTES                 # until the client first sends
+        self.buf = _NO_BYTES             # until the client first sends
         self.start = self.end = 0        # the received bytes not yet taken: buf[start:end]
 
     # ---- the buffered bytes

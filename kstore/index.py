@@ -258,7 +258,8 @@ class OffsetIndex(AbstractIndex):
 
     def _key(self, n: int) -> int:
         # One call per probe of the binary search (not self._read's two): every fetch and
-        # every lookup by offset probes about log2(entries) slots.
+        # every lookup by offset probes about log2(entries) slots. 8 is entry_size, written out:
+        # the attribute lookup would add ~0.35 µs to a lookup.
         return self.base_offset + _I32_AT.unpack_from(self._mmap, n * 8)[0]
 
     _offset_of_slot = _key
@@ -325,7 +326,7 @@ class TimeIndex(AbstractIndex):
         self._last = self._last_entry_from_file()
 
     def _key(self, n: int) -> int:
-        return _I64_AT.unpack_from(self._mmap, n * 12)[0]   # one call per probe, as above
+        return _I64_AT.unpack_from(self._mmap, n * 12)[0]   # one call per probe; 12 = entry_size
 
     def _offset_of_slot(self, n: int) -> int:
         return self.base_offset + self._read(n)[1]

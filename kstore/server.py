@@ -104,7 +104,7 @@ class _Channel:
         self.view: memoryview | None = None
         self.registered = False
         self.waiting_since: float | None = None
-        self.waited = False              # set by each wait for bytes (the caller resets it)
+        self.waited = False              # whether this request had to be waited for
         self.buf = _NO_BYTES             # until the client first sends
         self.start = self.end = 0        # the received bytes not yet taken: buf[start:end]
 
@@ -118,6 +118,48 @@ class _Channel:
         out = self.buf[self.start:self.start + n]
         self.start += n
         return out
+
+    async def next_frame(self, max_size: int) -> bytearray | None:
+        """The next request (without its size prefix), or None when the client closed.
+        Raises _BadFrameSize for a size below 0 or above `max_size` (socket.request.max.bytes)."""
+        self.waited = False
+        while self.buffered < 4:
+            if not await self.receive():
+                return None
+        (size,) = _SIZE.unpack_from(self.buf, self.start)
+        if size < 0 or size > max_size:
+            raise _BadFrameSize(size)
+        self.start += 4
+        if self.buffered >= size:
+            frame = self.take(size)
+        else:
+            frame = await self._complete_frame(self.take(self.buffered), size)
+        if not self.waited:
+            # A request that was already here (a client pipelining them): let the loop serve
+            # the other connections before this one is handled.
+            await asyncio.sleep(0)
+        return frame
+
+    async def _complete_frame(self, head: bytearray, n: int) -> bytearray | None:
+        """A request larger than what arrived with its size: the rest is received straight into
+        its own buffer (a Produce request's batches are validated, stamped with offsets and
+        written to the segment from it). The buffer grows as bytes arrive: a size prefix alone
+        allocates at most 1 MiB."""
+        got = len(head)
+        buf = bytearray(min(n, max(got, 1 << 20)))
+        buf[:got] = head
+        while got < n:
+            if got == len(buf):
+                grown = bytearray(min(n, 2 * len(buf)))
+                grown[:got] = buf
+                buf = grown
+            # Waiting for the client: until bytes come, or until the idle sweep cancels this
+            # wait and the connection closes (stalled in a frame).
+            k = await self.recv_into(memoryview(buf)[got:])
+            if not k:
+                return None
+            got += k
+        return buf
 
     async def receive(self) -> int:
         """Receive what the client has sent (waiting until it sends something) after the
@@ -373,49 +415,6 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _next_frame(self, channel: _Channel) -> bytearray | None:
-        """The next request (without its size prefix), or None when the client closed.
-        Raises _BadFrameSize for a size below 0 or above socket.request.max.bytes."""
-        channel.waited = False
-        while channel.buffered < 4:
-            if not await channel.receive():
-                return None
-        (size,) = _SIZE.unpack_from(channel.buf, channel.start)
-        if size < 0 or size > self.max_request_size:
-            raise _BadFrameSize(size)
-        channel.start += 4
-        if channel.buffered >= size:
-            frame = channel.take(size)
-        else:
-            frame = await self._complete_frame(channel, channel.take(channel.buffered), size)
-        if not channel.waited:
-            # A request that was already here (a client pipelining them): let the loop serve
-            # the other connections before this one is handled.
-            await asyncio.sleep(0)
-        return frame
-
-    @staticmethod
-    async def _complete_frame(channel: _Channel, head: bytearray, n: int) -> bytearray | None:
-        """A request larger than what arrived with its size: the rest is received straight into
-        its own buffer (a Produce request's batches are validated, stamped with offsets and
-        written to the segment from it). The buffer grows as bytes arrive: a size prefix alone
-        allocates at most 1 MiB."""
-        got = len(head)
-        buf = bytearray(min(n, max(got, 1 << 20)))
-        buf[:got] = head
-        while got < n:
-            if got == len(buf):
-                grown = bytearray(min(n, 2 * len(buf)))
-                grown[:got] = buf
-                buf = grown
-            # Waiting for the client: until bytes come, or until the idle sweep cancels this
-            # wait and the connection closes (stalled in a frame).
-            k = await channel.recv_into(memoryview(buf)[got:])
-            if not k:
-                return None
-            got += k
-        return buf
-
     async def _connection(self, conn: socket.socket, ip: str) -> None:
         channel = _Channel(asyncio.get_running_loop(), conn, asyncio.current_task())
         self._open.add(channel)
@@ -423,7 +422,7 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             client_host.set(conn.getpeername()[0])
             while True:
                 try:
-                    frame = await self._next_frame(channel)
+                    frame = await channel.next_frame(self.max_request_size)
                 except _BadFrameSize:
                     self.stats.closed_for_errors += 1
                     return   # Kafka: InvalidReceiveException, the connection is closed

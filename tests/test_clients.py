@@ -1005,7 +1005,7 @@ def test_a_size_prefix_split_at_the_end_of_the_receive_buffer(tmp_path, prefix_b
             channel = _Channel(asyncio.get_running_loop(), ours, asyncio.current_task())
             writer.start()
             try:
-                return [await server._next_frame(channel) for _ in frames]
+                return [await channel.next_frame(server.max_request_size) for _ in frames]
             finally:
                 channel.close()
 

@@ -7,7 +7,8 @@
 * `hexdump(data)` prints bytes the way the reference tables show them;
 * `micro_batch_table(query.recentProgress)` and `plot_micro_batches(table)` show a Spark
   streaming query's micro-batches as a table and as bars (rows read, rows per second);
-* `stderr_to(path)` sends what processes started meanwhile (Spark's JVM) write to stderr to a file.
+* `stderr_to(path)` sends what processes started meanwhile (Spark's JVM) write to stderr to a file;
+* `log_lines(logger)` collects what an engine module logs from now on, as `kstore serve` prints it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
+import logging
 import os
 import shutil
 import sys
@@ -74,6 +76,26 @@ def stderr_to(path):
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]):
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()} ({record.name})")
+
+
+def log_lines(logger: str = "kstore") -> list[str]:
+    """A list that fills with each INFO (and higher) line `logger` writes from now on: the lines
+    a `kstore serve` broker would write to its log, for an in-process engine."""
+    lines: list[str] = []
+    log = logging.getLogger(logger)
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    log.addHandler(_Lines(lines))
+    return lines
 
 
 def hexdump(data: bytes, width: int = 16, start: int = 0) -> str:

@@ -24,6 +24,7 @@ Every answer is a dict with the fields of the response of the same name, `error_
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from typing import Callable
@@ -33,6 +34,9 @@ from .group_metadata import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALA
                              GroupMetadata, MemberMetadata)
 
 E = P.ERRORS
+# An operator follows rebalances in the broker's log, as in Kafka's server.log: one INFO line
+# when a rebalance starts (with its reason), when it completes, and when a member goes.
+log = logging.getLogger(__name__)
 Callback = Callable[[dict], None]
 
 
@@ -127,6 +131,9 @@ class GroupMembership:
             member_id = f"{client_id}-{self.new_uuid()}"
             if version >= 4:   # KIP-394: answer with the id; the member joins again with it
                 group.pending_members[member_id] = self._now() + request["session_timeout_ms"]
+                log.info("Dynamic member with unknown member id joins group %s in %s state. Created "
+                         "a new member id %s and requested the member to rejoin with it.",
+                         group.group_id, group.state, member_id)
                 return answer(self._join_error("MEMBER_ID_REQUIRED", member_id))
         member = MemberMetadata(member_id, instance_id, client_id, client_host,
                                 self._rebalance_timeout(request), request["session_timeout_ms"],
@@ -142,13 +149,14 @@ class GroupMembership:
         member.awaiting_join = answer
         member.heartbeat_deadline = self._now() + member.session_timeout_ms
         group.add(member)
+        reason = f"adding new member {member.member_id} with group instance id {member.group_instance_id}"
         if group.is_in(PREPARING_REBALANCE) and group.initial_join:
             # InitialDelayedJoin: each newcomer buys the group another delay, within the timeout
             limit = group.rebalance_start + max(group.max_rebalance_timeout(),
                                                 self.config["group.initial.rebalance.delay.ms"])
             group.join_deadline = min(self._now() + self.config["group.initial.rebalance.delay.ms"],
                                       limit)
-        self._maybe_prepare_rebalance(group)
+        self._maybe_prepare_rebalance(group, reason)
 
     def _replace_static(self, group, instance_id, member_id, request, protocols, answer) -> None:
         old_id = group.static_members[instance_id]
@@ -170,7 +178,7 @@ class GroupMembership:
             return answer(self._join_response(group, member))
         member.protocols = protocols
         member.awaiting_join = answer
-        self._maybe_prepare_rebalance(group)
+        self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined as {member_id}")
 
     def _join_known(self, group, request, protocols, client_id, client_host, answer) -> None:
         member_id = request["member_id"]
@@ -193,7 +201,10 @@ class GroupMembership:
                 answer(self._join_response(group, member))
             else:
                 member.protocols, member.awaiting_join = protocols, answer
-                self._maybe_prepare_rebalance(group)
+                self._maybe_prepare_rebalance(group, (
+                    f"leader {member_id} re-joining group during {group.state}"
+                    if member_id == group.leader_id else
+                    f"updating metadata for member {member_id} during {group.state}"))
 
     def _check_member(self, group, member_id: str, instance_id: str | None) -> str | None:
         if instance_id is not None and instance_id in group.static_members \
@@ -204,12 +215,14 @@ class GroupMembership:
         return None
 
     # ------------------------------------------------------------------ rebalances
-    def _maybe_prepare_rebalance(self, group: GroupMetadata) -> None:
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.is_in(STABLE, COMPLETING_REBALANCE, EMPTY):
-            self._prepare_rebalance(group)
+            self._prepare_rebalance(group, reason)
 
-    def _prepare_rebalance(self, group: GroupMetadata) -> None:
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         now = self._now()
+        log.info("Preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+                 group.group_id, group.state, group.generation_id, reason)
         if group.is_in(COMPLETING_REBALANCE):   # the assignment being synced is void now
             for member in group.members.values():
                 member.assignment = b""
@@ -235,8 +248,12 @@ class GroupMembership:
 
     def _complete_join(self, group: GroupMetadata) -> None:
         now = self._now()
-        for member in [m for m in group.members.values() if m.awaiting_join is None]:
-            group.remove(member.member_id)          # did not rejoin in time
+        late = [m.member_id for m in group.members.values() if m.awaiting_join is None]
+        for member_id in late:
+            group.remove(member_id)                 # did not rejoin in time
+        if late:
+            log.info("Group %s removed members who did not rejoin in time: %s",
+                     group.group_id, ", ".join(late))
         group.pending_members.clear()
         group.generation_id += 1
         group.join_deadline = None
@@ -244,12 +261,15 @@ class GroupMembership:
             group.protocol_name, group.leader_id = None, None
             group.transition_to(EMPTY, now)
             self.store(group)
+            log.info("Group %s with generation %d is now empty", group.group_id, group.generation_id)
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition_to(COMPLETING_REBALANCE, now)
         group.sync_deadline = now + group.max_rebalance_timeout()
+        log.info("Stabilized group %s generation %d with %d members",
+                 group.group_id, group.generation_id, len(group.members))
         for member in group.members.values():
             answer, member.awaiting_join = member.awaiting_join, None
             member.heartbeat_deadline = now + member.session_timeout_ms
@@ -286,6 +306,9 @@ class GroupMembership:
         member.awaiting_sync = answer
         member.heartbeat_deadline = self._now() + member.session_timeout_ms
         if member.member_id == group.leader_id:
+            log.info("Assignment received from leader %s for group %s for generation %d. The group "
+                     "has %d members, %d of which are static.", member.member_id, group.group_id,
+                     group.generation_id, len(group.members), len(group.static_members))
             assignments = {a["member_id"]: bytes(a["assignment"]) for a in request["assignments"]}
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
@@ -354,19 +377,21 @@ class GroupMembership:
             if error is None and group is not None:
                 group.pending_members.pop(member_id, None)
                 if member_id in group.members:
-                    self._remove_member(group, member_id)
+                    log.info("Member %s has left group %s through explicit LeaveGroup",
+                             member_id, group.group_id)
+                    self._remove_member(group, member_id, f"removing member {member_id} on LeaveGroup")
             results.append({"member_id": member_id, "group_instance_id": instance_id,
                             "error_code": E[error] if error else 0})
         return results
 
-    def _remove_member(self, group: GroupMetadata, member_id: str) -> None:
+    def _remove_member(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.remove(member_id)
         if member is not None and member.awaiting_join is not None:
             member.awaiting_join(self._join_error("UNKNOWN_MEMBER_ID", member_id))
         if member is not None and member.awaiting_sync is not None:
             member.awaiting_sync({"error_code": E["UNKNOWN_MEMBER_ID"], "assignment": b""})
         if group.is_in(STABLE, COMPLETING_REBALANCE):
-            self._prepare_rebalance(group)
+            self._prepare_rebalance(group, reason)
         self._try_complete_join(group)   # e.g. the last member left: the group is Empty now
 
     # ------------------------------------------------------------------ timers
@@ -387,14 +412,19 @@ class GroupMembership:
                     del group.pending_members[member_id]
             for member in list(group.members.values()):
                 waiting = member.awaiting_join is not None or member.awaiting_sync is not None
-                if not waiting and now >= member.heartbeat_deadline:
-                    self._remove_member(group, member.member_id)   # session expired
+                if not waiting and now >= member.heartbeat_deadline:   # session expired
+                    log.info("Member %s in group %s has failed, removing it from the group",
+                             member.member_id, group.group_id)
+                    self._remove_member(group, member.member_id,
+                                        f"removing member {member.member_id} on heartbeat expiration")
             if group.is_in(COMPLETING_REBALANCE) and group.sync_deadline is not None \
                     and now >= group.sync_deadline:
                 # the leader never sent the assignment: drop who did not sync, start over
-                for member in [m for m in group.members.values() if m.awaiting_sync is None]:
-                    group.remove(member.member_id)
-                self._prepare_rebalance(group)
+                late = [m.member_id for m in group.members.values() if m.awaiting_sync is None]
+                for member_id in late:
+                    group.remove(member_id)
+                self._prepare_rebalance(group, "members did not send SyncGroup before the "
+                                               f"rebalance timeout: {', '.join(late)}")
             self._try_complete_join(group)
 
     def next_deadline(self) -> int | None:

@@ -59,12 +59,27 @@ def produce(server, topic: str, start: int, n: int) -> None:
     producer.close()
 
 
+def know_partitions_before_joining(consumer: KafkaConsumer, topic: str) -> None:
+    """Have a kafka-python consumer learn its topic's partitions before its first poll joins.
+
+    kafka-python (3.0.12, and its main branch in 2026) joins before it has fetched metadata for
+    its subscription, so a leader assigns nothing, sees the partitions a moment later and rejoins
+    at once: two rebalances per group start, against any broker. That second join can wedge the
+    client: if `poll(timeout_ms)` runs out while it is in flight, the leader's assignment has
+    already cleared the "metadata changed" flag, no later poll awaits the join, and the member
+    stays "rebalancing" with heartbeats off until the broker drops it (session.timeout.ms). One
+    metadata fetch first (a public call any application may make) means one rebalance, and no
+    such join. The broker side is the same either way."""
+    assert consumer.partitions_for_topic(topic) == set(range(PARTITIONS))
+
+
 # ---- one small interface over the three clients: poll -> [(partition, offset, value)]
 class KafkaPythonMember:
     def __init__(self, bootstrap, group, topic):
         self.c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                                auto_offset_reset="earliest", enable_auto_commit=False,
                                session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
+        know_partitions_before_joining(self.c, topic)
 
     def poll(self):
         return self.rows(self.c.poll(timeout_ms=200))
@@ -80,7 +95,9 @@ class KafkaPythonMember:
         if self.c.assignment():
             try:
                 self.c.commit()
-            except kafka.errors.CommitFailedError:   # a rebalance moved the partitions meanwhile
+            # a rebalance moved the partitions meanwhile, or (kafka-python 3) this member is itself
+            # rejoining, which it refuses to commit through, as the Java consumer does
+            except (kafka.errors.CommitFailedError, kafka.errors.RebalanceInProgressError):
                 pass
 
     def close(self):
@@ -211,6 +228,7 @@ def test_a_member_that_stops_heartbeating_loses_its_partitions(server, tmp_path)
         f"c = KafkaConsumer({topic!r}, bootstrap_servers={server.bootstrap!r}, group_id={group!r},"
         f" auto_offset_reset='earliest', enable_auto_commit=False, session_timeout_ms={SESSION_MS},"
         " heartbeat_interval_ms=500)\n"
+        f"c.partitions_for_topic({topic!r})   # see know_partitions_before_joining\n"
         "while True:\n"
         "    c.poll(timeout_ms=200)\n"
         "    if c.assignment(): print(sorted(tp.partition for tp in c.assignment()), flush=True)\n")
@@ -225,6 +243,8 @@ def test_a_member_that_stops_heartbeating_loses_its_partitions(server, tmp_path)
         child.send_signal(signal.SIGSTOP)   # no more heartbeats, and no LeaveGroup either
         poll_until([survivor], lambda: survivor.assignment() == set(range(PARTITIONS)), seen,
                    SESSION_MS / 1000 * 2 + 5, "the survivor owning all four partitions")
+        # and the broker's log says why, as Kafka's does
+        assert f"in group {group} has failed, removing it from the group" in server.read_output()
         poll_until([survivor], lambda: len(seen) == 200, seen, 30, "reading every record")
         survivor.close()
     finally:

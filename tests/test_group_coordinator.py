@@ -156,6 +156,34 @@ def test_session_expiry_and_leave(gm, clock):
     assert gm.validate_commit("g", -1, "") is None                   # empty again: allowed
 
 
+def test_the_broker_log_tells_each_rebalance_with_its_reason(gm, clock, caplog):
+    """What an operator reads in the broker's log (as in Kafka's server.log): why each rebalance
+    started, the generation it stabilized at, and how each member went."""
+    caplog.set_level("INFO", logger="kstore.group_membership")
+    m1, m2 = stable_pair(gm, clock)
+    m1.heartbeat()
+    clock.advance(10_500)          # m2 goes quiet past its 10 s session; m1 is still waiting
+    m1.heartbeat()
+    gm.tick()
+    m1.join()
+    gm.leave_group("g", [{"member_id": m1.member_id}])
+    lines = [r.getMessage() for r in caplog.records if r.name == "kstore.group_membership"]
+    assert lines == [
+        "Preparing to rebalance group g in state Empty with old generation 0 "
+        "(reason: adding new member c1-u0 with group instance id None)",
+        "Stabilized group g generation 1 with 2 members",
+        "Assignment received from leader c1-u0 for group g for generation 1. "
+        "The group has 2 members, 0 of which are static.",
+        "Member c2-u1 in group g has failed, removing it from the group",
+        "Preparing to rebalance group g in state Stable with old generation 1 "
+        "(reason: removing member c2-u1 on heartbeat expiration)",
+        "Stabilized group g generation 2 with 1 members",
+        "Member c1-u0 has left group g through explicit LeaveGroup",
+        "Preparing to rebalance group g in state CompletingRebalance with old generation 2 "
+        "(reason: removing member c1-u0 on LeaveGroup)",
+        "Group g with generation 3 is now empty"]
+
+
 def test_member_id_required_from_join_group_v4(gm, clock):
     m = Member(gm, "c1", version=4)
     assert m.join()["error_code"] == E["MEMBER_ID_REQUIRED"]

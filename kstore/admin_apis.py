@@ -1,7 +1,7 @@
-"""The admin requests of the network broker: CreateTopics, CreatePartitions, DescribeConfigs and
-ListGroups — what Kafka's `AdminClient` sends for kafka-topics, kafka-configs and
-kafka-consumer-groups (in Kafka, `KafkaApis` hands them to the controller / `ConfigHelper` /
-`GroupCoordinator`).
+"""The admin requests of the network broker: CreateTopics, CreatePartitions, DescribeConfigs,
+ListGroups and DescribeLogDirs — what Kafka's `AdminClient` sends for kafka-topics, kafka-configs,
+kafka-consumer-groups and kafka-log-dirs (in Kafka, `KafkaApis` hands them to the controller /
+`ConfigHelper` / `GroupCoordinator` / `ReplicaManager`).
 
 A mixin of `kstore.server.KafkaServer`: each handler turns one request body into one response
 body, answering per topic or per resource, so one bad entry never fails the others. The work is
@@ -9,7 +9,8 @@ done by the broker's own methods (`create_topic`, `create_partitions`, `describe
 same ones the offline tools call, so the two paths cannot disagree.
 
 Where kstore differs: manual replica assignments are refused with INVALID_REPLICA_ASSIGNMENT
-(kstore places replicas itself), and broker configs are read-only (no dynamic broker configs).
+(kstore places replicas itself), broker configs are read-only (no dynamic broker configs), and a
+broker has one log directory (so no future logs: AlterReplicaLogDirs is not implemented).
 """
 
 from __future__ import annotations
@@ -121,3 +122,23 @@ class AdminApis:
                 "groups": [{"group_id": g, "protocol_type": (membership.group(g).protocol_type or "")
                             if membership.group(g) else ""}
                            for g in self.broker.group_coordinator.groups()]}
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    async def _describe_log_dirs(self, version, body, header) -> dict:
+        """Every partition in this broker's log directory (or those asked for) with its size on
+        disk, as Kafka's ReplicaManager.describeLogDirs; partitions it does not hold are left out."""
+        wanted = None if body["topics"] is None else {
+            (t["topic"], p) for t in body["topics"] for p in t["partitions"]}
+        topics: dict[str, list[dict]] = {}
+        for (topic, partition), log in sorted(self.broker.logs.logs().items()):
+            if wanted is None or (topic, partition) in wanted:
+                topics.setdefault(topic, []).append({
+                    "partition_index": partition, "partition_size": log.size_in_bytes(),
+                    # Kafka's getLogEndOffsetLag for a current (not future) log: HW - LEO, at
+                    # least 0 (so 0, as the HW never passes the LEO); only future logs lag.
+                    "offset_lag": max(log.high_watermark - log.log_end_offset, 0),
+                    "is_future_key": False})
+        return {"throttle_time_ms": 0,
+                "results": [{"error_code": 0, "log_dir": self.broker.logs.log_dir,
+                             "topics": [{"name": name, "partitions": partitions}
+                                        for name, partitions in topics.items()]}]}

@@ -77,6 +77,7 @@ API_KEYS: dict[str, int] = {
     "AddPartitionsToTxn": 24, "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
     "TxnOffsetCommit": 28,
     "DeleteRecords": 21, "AlterConfigs": 33, "IncrementalAlterConfigs": 44, "DeleteTopics": 20,
+    "DescribeLogDirs": 35,
 }
 API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
@@ -91,6 +92,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2),
     # records and configs the admin clients change (kstore.admin_change_apis)
     21: (0, 1), 33: (0, 1), 44: (0, 0), 20: (1, 3),   # DeleteTopics v0: removed in Kafka 4.0
+    # what is on disk, per partition (kstore.admin_apis; kafka-log-dirs.sh --describe)
+    35: (0, 1),
 }
 
 # First flexible version of each API ("flexibleVersions" in the JSON): from there on the request
@@ -99,7 +102,7 @@ FLEXIBLE_FROM: dict[int, int] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 18: 3, 22: 2, 23: 4, 16: 3, 19: 5, 32: 4, 37: 2,
     11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 42: 2, 47: 32767,
     24: 3, 25: 3, 26: 3, 27: 1, 28: 3,
-    21: 2, 33: 2, 44: 1, 20: 4,
+    21: 2, 33: 2, 44: 1, 20: 4, 35: 2,
 }
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors), -1 to 90.
@@ -736,6 +739,29 @@ _DELETE_RECORDS_RESPONSE = (
         F("error_code", "int16", "0+"))),
 )
 
+# ---- what AdminClient.describe_log_dirs sends (kafka-log-dirs.sh --describe)
+
+_DESCRIBE_LOG_DIRS_REQUEST = (
+    F("topics", "[]DescribableLogDirTopic", "0+",
+      F("topic", "string", "0+"),
+      F("partitions", "[]int32", "0+"),
+      nullable="0+"),                                  # null: every partition
+)
+_DESCRIBE_LOG_DIRS_RESPONSE = (
+    F("throttle_time_ms", "int32", "0+"),
+    F("results", "[]DescribeLogDirsResult", "0+",
+      F("error_code", "int16", "0+"),
+      F("log_dir", "string", "0+"),
+      F("topics", "[]DescribeLogDirsTopic", "0+",
+        F("name", "string", "0+"),
+        F("partitions", "[]DescribeLogDirsPartition", "0+",
+          F("partition_index", "int32", "0+"),
+          F("partition_size", "int64", "0+"),
+          F("offset_lag", "int64", "0+"),
+          F("is_future_key", "bool", "0+")))),
+)
+
+
 def _alter_configs_request(*operation: Field) -> tuple:
     """AlterConfigsRequest, and IncrementalAlterConfigsRequest with its config_operation field."""
     return (
@@ -805,6 +831,7 @@ _DEFINITIONS = {
     "AlterConfigs": (_ALTER_CONFIGS_REQUEST, _ALTER_CONFIGS_RESPONSE),
     "IncrementalAlterConfigs": (_INCREMENTAL_ALTER_CONFIGS_REQUEST, _INCREMENTAL_ALTER_CONFIGS_RESPONSE),
     "DeleteTopics": (_DELETE_TOPICS_REQUEST, _DELETE_TOPICS_RESPONSE),
+    "DescribeLogDirs": (_DESCRIBE_LOG_DIRS_REQUEST, _DESCRIBE_LOG_DIRS_RESPONSE),
 }
 _KEY_OF = dict(API_KEYS, OffsetForLeaderEpoch=23)
 

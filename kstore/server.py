@@ -566,6 +566,7 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 API["DeleteRecords"]: self._delete_records, API["AlterConfigs"]: self._alter_configs,
                 API["IncrementalAlterConfigs"]: self._incremental_alter_configs,
                 API["DeleteTopics"]: self._delete_topics,
+                API["DescribeLogDirs"]: self._describe_log_dirs,
                 **self._group_handlers(), **self._transaction_handlers()}
 
     # ------------------------------------------------------------------ APIs

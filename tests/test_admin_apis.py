@@ -1,9 +1,12 @@
-"""The broker's admin requests (CreateTopics, CreatePartitions, DescribeConfigs, ListGroups) driven
-by two real, unmodified admin clients over loopback sockets: confluent-kafka's AdminClient
+"""The broker's admin requests (CreateTopics, CreatePartitions, DescribeConfigs, ListGroups,
+DescribeLogDirs) driven by two real, unmodified admin clients over loopback sockets: confluent-kafka's AdminClient
 (librdkafka) and kafka-python's KafkaAdminClient. What they report is checked against the broker's
 own state, and every refusal must leave that state as it was."""
 
 from __future__ import annotations
+
+import glob
+import os
 
 import confluent_kafka as ck
 import kafka.errors
@@ -15,6 +18,7 @@ from kafka.admin import NewPartitions as KPNewPartitions
 from kafka.admin import NewTopic as KPNewTopic
 
 from kstore.broker import MAX_PARTITIONS_PER_TOPIC, Broker
+from kstore.records import Record, build_batch
 from kstore.server import KafkaServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -131,5 +135,37 @@ def test_kafka_python_admin_agrees(served):
         broker.group_coordinator.commit_offsets("billing", {("events", 1): 1})
         assert sorted(g["group_id"] for g in admin.list_groups()) == ["billing", "reporting"]
         assert {g["protocol_type"] for g in admin.list_groups()} == {""}
+    finally:
+        admin.close()
+
+
+def test_kafka_python_describe_log_dirs_reports_the_bytes_on_disk(served):
+    """kafka-log-dirs.sh --describe: each partition's size is what its segment files hold."""
+    broker, bootstrap = served
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([KPNewTopic("sized", 3, 1)])
+        for p, n in ((0, 5), (2, 40)):
+            broker.get_log("sized", p).append_as_leader(build_batch(
+                [Record(b"k", b"v" * 100)] * n))
+        broker.get_log("sized", 2).roll()                        # two segments: both count
+        broker.get_log("sized", 2).append_as_leader(build_batch([Record(None, b"after the roll")]))
+
+        (described,) = admin.describe_log_dirs()
+        (log_dir,) = described["log_dirs"]
+        assert (described["broker"], log_dir["error_code"]) == (0, 0)
+        assert log_dir["log_dir"] == broker.logs.log_dir
+        sizes = {p["partition_index"]: p["partition_size"]
+                 for t in log_dir["topics"] if t["name"] == "sized" for p in t["partitions"]}
+        on_disk = {p: sum(os.path.getsize(f) for f in glob.glob(
+            os.path.join(broker.logs.log_dir, f"sized-{p}", "*.log"))) for p in range(3)}
+        assert sizes == on_disk and sizes[1] == 0 and sizes[2] > sizes[0] > 0
+        assert all(p["offset_lag"] == 0 and p["is_future_key"] is False
+                   for t in log_dir["topics"] for p in t["partitions"])
+
+        # only the partitions asked for; one this broker does not hold is left out, as in Kafka
+        (only,) = admin.describe_log_dirs({"sized": [2, 9]})
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+                for t in only["log_dirs"][0]["topics"]] == [("sized", [2])]
     finally:
         admin.close()

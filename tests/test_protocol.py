@@ -36,6 +36,7 @@ from kafka.protocol.admin import (DeleteGroupsRequest, DeleteGroupsResponse,
                                   DescribeGroupsRequest, DescribeGroupsResponse)
 from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, DeleteRecordsRequest,
                                   DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+                                  DescribeLogDirsRequest, DescribeLogDirsResponse,
                                   IncrementalAlterConfigsRequest,
                                   IncrementalAlterConfigsResponse)
 from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
@@ -97,6 +98,7 @@ KP = {  # kafka-python's JSON-generated classes: (request, response)
     33: (AlterConfigsRequest, AlterConfigsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
+    35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
 }
 OLD = {  # kafka-python's hand-written Struct classes, lists indexed by version
     0: (old_produce.ProduceRequest, old_produce.ProduceResponse),
@@ -130,7 +132,7 @@ EXPECTED_SUPPORTED = {18: (0, 2), 3: (0, 8), 0: (3, 8), 1: (4, 11), 2: (1, 5), 1
                       16: (0, 2), 19: (2, 4), 32: (1, 3), 37: (0, 1),
                       11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 42: (0, 1),
                       47: (0, 0), 24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 2),
-                      21: (0, 1), 33: (0, 1), 44: (0, 0), 20: (1, 3)}
+                      21: (0, 1), 33: (0, 1), 44: (0, 0), 20: (1, 3), 35: (0, 1)}
 
 CASES = [(key, v) for key, (lo, hi) in sorted(EXPECTED_SUPPORTED.items()) for v in range(lo, hi + 1)]
 CASE_IDS = [f"{p.API_NAMES[k]}-v{v}" for k, v in CASES]
@@ -384,6 +386,17 @@ SAMPLES.update({
     20: ({"topic_names": ["orders-ü", "gone"], "timeout_ms": 30000},
          {"throttle_time_ms": 3, "responses": [{"name": "orders-ü", "error_code": 0},
                                                {"name": "gone", "error_code": 3}]}),
+    35: ({"topics": [{"topic": "orders-ü", "partitions": [0, 7, -1]},
+                     {"topic": "none", "partitions": []}]},
+         {"throttle_time_ms": 4, "results": [
+             {"error_code": 0, "log_dir": "/var/lib/kstore/lögs", "topics": [
+                 {"name": "orders-ü", "partitions": [
+                     {"partition_index": 0, "partition_size": 1 << 40, "offset_lag": 0,
+                      "is_future_key": False},
+                     {"partition_index": 7, "partition_size": 0, "offset_lag": 12,
+                      "is_future_key": True}]},
+                 {"name": "empty", "partitions": []}]},
+             {"error_code": 57, "log_dir": "/bad", "topics": []}]}),
 })
 
 # kafka-python departs from Kafka's JSON in one place (MetadataResponse.json_patch): it renames
@@ -530,7 +543,8 @@ def test_supported_versions_are_the_ones_the_broker_advertises():
                           "DeleteGroups": 42, "OffsetDelete": 47, "AddPartitionsToTxn": 24,
                           "AddOffsetsToTxn": 25, "EndTxn": 26, "WriteTxnMarkers": 27,
                           "TxnOffsetCommit": 28, "DeleteRecords": 21, "AlterConfigs": 33,
-                          "IncrementalAlterConfigs": 44, "DeleteTopics": 20}
+                          "IncrementalAlterConfigs": 44, "DeleteTopics": 20,
+                          "DescribeLogDirs": 35}
     assert p.API_NAMES == {key: name for name, key in p.API_KEYS.items()}
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from kstore.file_records import FileRecords
 
@@ -114,6 +114,11 @@ def test_three_processes_replicate_and_survive_a_killed_leader(cluster):
     expected = [(i, f"v{i}".encode()) for i in range(30)]
     for b in range(3):   # every replica has every record, in its own files, fetched over sockets
         wait_for(lambda b=b: values_in_files(cluster_dir, b) == expected, 20, f"broker {b} to replicate")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)    # kafka-log-dirs.sh asks each broker
+    sizes = {d["broker"]: [p["partition_size"] for t in d["log_dirs"][0]["topics"] if t["name"] == "orders"
+                           for p in t["partitions"]] for d in admin.describe_log_dirs({"orders": [0]})}
+    admin.close()
+    assert len(sizes) == 3 and len({tuple(v) for v in sizes.values()}) == 1 and sizes[0][0] > 0
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="billing", enable_auto_commit=False,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000)

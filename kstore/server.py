@@ -54,6 +54,16 @@ ACCEPT_WARNING_INTERVAL_S = 60.0   # while descriptors stay short, say so at mos
 PLUGGED_SEND_TIMEOUT_S = 30        # a plugged fetch_sender's socket: SO_SNDTIMEO
 
 
+def _request_name(frame) -> str:
+    """`Fetch v11 (correlation id 7, client 'rdkafka')` for a log line."""
+    try:
+        header = P.decode_request_header(frame)
+        return (f"{P.API_NAMES.get(header.api_key, header.api_key)} v{header.api_version} "
+                f"(correlation id {header.correlation_id}, client {header.client_id!r})")
+    except P.ProtocolError:
+        return "(unparsable)"
+
+
 @dataclass
 class ServerStats:
     connections_opened: int = 0
@@ -320,6 +330,7 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
 
     async def _timers(self) -> None:
         """The broker's scheduled tasks (retention, cleaner, checkpoints) on the event loop."""
+        last_error = None
         while True:
             try:
                 self.broker.logs.scheduler.run_due()
@@ -332,8 +343,14 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 if txn is not None and txn.expiry_check_due():  # transactional.id.expiration.ms
                     await asyncio.get_running_loop().run_in_executor(
                         None, txn.remove_expired_transactional_ids)
-            except Exception:
-                pass
+            except Exception as e:
+                # Logged (with its stack) when it first happens, not every 50 ms after that: as
+                # Kafka's scheduler logs an uncaught exception in a task, and runs it again.
+                if repr(e) != last_error:
+                    log.exception("Uncaught exception in the broker's scheduled tasks")
+                last_error = repr(e)
+            else:
+                last_error = None
             await asyncio.sleep(0.05)
 
     async def _expire_idle_connections(self) -> None:
@@ -433,6 +450,14 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 except P.ProtocolError:
                     self.stats.closed_for_errors += 1
                     return   # a request that does not parse closes its connection
+                except Exception:
+                    # A bug in a handler: said in the log with its stack (Kafka's KafkaApis logs
+                    # "Unexpected error handling request" too), and only this connection closes.
+                    # Kafka would answer UNKNOWN_SERVER_ERROR; kstore has no generic error body.
+                    self.stats.closed_for_errors += 1
+                    log.exception("Unexpected error handling request %s from %s; closing the "
+                                  "connection", _request_name(frame), ip)
+                    return
                 self.stats.requests += 1
                 if chunks is not None:
                     await self._send(conn, chunks)

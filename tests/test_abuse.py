@@ -311,3 +311,41 @@ def test_connection_quotas_count_per_address_with_overrides():
     assert quotas.at_max_connections()
     quotas.dec("10.0.0.9")
     assert not quotas.at_max_connections() and quotas.per_ip == {"10.0.0.1": 1, "10.0.0.9": 1}
+
+
+def test_a_handler_bug_is_logged_and_closes_only_its_connection(tmp_path, caplog):
+    """An exception no handler expected (a bug) is in the broker's log with its stack, naming the
+    request; that connection closes and the others carry on. A scheduled task that keeps failing
+    is logged when it first fails, not every 50 ms."""
+    from kstore import protocol as P
+    from kstore.server import KafkaServer
+    from test_clients import Conn
+
+    broker = Broker(str(tmp_path / "logs"))
+    server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+    caplog.set_level("INFO", logger="kstore.server")
+    try:
+        def broken(version, body, header):
+            raise KeyError("a bug")
+        server._handler_table = {**server._handlers(), P.API_KEYS["ListGroups"]: broken}
+        with Conn(server.port) as ok, Conn(server.port) as hit:
+            assert ok.call(P.API_KEYS["ApiVersions"], 2, {})["error_code"] == 0
+            hit.send(P.API_KEYS["ListGroups"], 2, {})
+            assert hit.closed_by_peer() == b""
+            assert ok.call(P.API_KEYS["Metadata"], 4, {"topics": None})["brokers"]   # still served
+        (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert "Unexpected error handling request ListGroups v2 (correlation id 1, client " \
+               "'kstore-test') from 127.0.0.1" in record.getMessage()
+        assert "KeyError: 'a bug'" in caplog.text
+
+        caplog.clear()
+        purgatory = broker.replica_manager.check_purgatory
+        broker.replica_manager.check_purgatory = lambda: 1 / 0
+        time.sleep(0.6)                                      # about a dozen timer rounds
+        broker.replica_manager.check_purgatory = purgatory
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and "scheduled tasks" in errors[0].getMessage()
+        assert "ZeroDivisionError" in caplog.text
+    finally:
+        server.stop()
+        broker.shutdown()

@@ -94,6 +94,8 @@ def log_lines(logger: str = "kstore") -> list[str]:
     log = logging.getLogger(logger)
     if log.getEffectiveLevel() > logging.INFO:
         log.setLevel(logging.INFO)
+    for old in [h for h in log.handlers if isinstance(h, _Lines)]:
+        log.removeHandler(old)    # a cell run again collects afresh, not into every earlier list
     log.addHandler(_Lines(lines))
     return lines
 

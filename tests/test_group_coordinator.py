@@ -430,3 +430,28 @@ def test_offsets_of_a_group_with_members_do_not_expire_and_an_emptied_group_coun
         clock.advance(1)
         assert coordinator.expire_offsets() == 2           # the offset and the group's tombstone
         assert coordinator.fetch_offsets("g") == {}
+
+
+def test_course_log_lines_collect_the_coordinators_lines_from_now_on(gm, clock):
+    """Chapter 08's `log_lines`: what the coordinator logs after the call, as `kstore serve` would
+    print it; calling it again (a cell run twice) starts a new list and stops filling the old."""
+    import logging
+    from kstore.course import log_lines
+    logger = logging.getLogger("kstore.group_membership")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        first = log_lines("kstore.group_membership")
+        m1 = Member(gm, "c1")
+        m1.join()
+        assert first == ["INFO Preparing to rebalance group g in state Empty with old generation 0 "
+                         "(reason: adding new member c1-u0 with group instance id None) "
+                         "(kstore.group_membership)"]
+        second = log_lines("kstore.group_membership")
+        clock.advance(3000)
+        gm.tick()
+        assert second == ["INFO Stabilized group g generation 1 with 1 members "
+                          "(kstore.group_membership)"]
+        assert len(first) == 1
+    finally:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers

@@ -11,9 +11,15 @@
    * plain sendfile, request/response — a tiny blocking server (this file, --plain-sendfile-server)
      that answers each 12-byte request (position, count) with one os.sendfile of that range of the
      same segment file: the same round trips with no Kafka protocol, no asyncio, no log lookup;
+     like the kstore clients, its client keeps one connection for the whole run;
    * plain sendfile, stream — the same server streaming the file with os.sendfile in chunks of the
      fetch size, no requests at all. The faster of the two plain modes is "the physical limit" the
      ratios divide by (with 2 CPUs, streaming needs both at once and can lose to request/response).
+   Every server sets the same socket buffers on its connections: the broker's defaults, Kafka's
+   socket.send.buffer.bytes = socket.receive.buffer.bytes = 102400 (the plain server is given the
+   same values). Part 1b repeats the ≥ 1 MiB sizes for kstore sendfile and the plain modes with
+   -1 (the kernel sizes and grows the buffers): faster and much less even on loopback, and the
+   broker's own work per fetch weighs more there.
    For each size, 7 trials of 0.3 s × scale per mode, the modes interleaved (rotated) so that
    background load hits all of them alike. MB/s is given as the best trial and as the median of
    the trials; CPU is summed over all trials. The ratio to plain sendfile that the goal uses is
@@ -79,6 +85,7 @@ E2E_RECORDS = {"confluent-kafka": max(10_000, int(1_000_000 * SCALE)),
                "kafka-python": max(10_000, int((1_000_000 if E2E_FULL else 250_000) * SCALE))}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MODES = ("kstore_sendfile", "kstore_copy", "plain_sendfile_rr", "plain_sendfile_stream")
+OS_MODES = ("kstore_sendfile", "plain_sendfile_rr", "plain_sendfile_stream")
 LABELS = {"kstore_sendfile": "kstore broker serving Fetch, sendfile (client decodes no records)",
           "kstore_copy": "kstore broker serving Fetch, copy path (client decodes no records)",
           "plain_sendfile_rr": "plain sendfile, request/response",
@@ -163,19 +170,23 @@ def kstore_serve(log_dir: Path, *extra: str, pure_python: bool = False) -> Serve
                   log_dir.parent / "serve-output.txt", env=env)
 
 
-def plain_sendfile_server(path: str, port: int) -> None:
-    """`bench_fetch.py --plain-sendfile-server FILE --port N`: one connection at a time; each
-    12-byte request (int64 position, int32 count) is answered with os.sendfile of that range;
-    a negative count streams the whole file round and round in chunks of -count."""
+def plain_sendfile_server(path: str, port: int, send_buffer: int = -1, receive_buffer: int = -1) -> None:
+    """`bench_fetch.py --plain-sendfile-server FILE --port N [--send-buffer B --receive-buffer B]`:
+    a blocking thread per connection (the benchmark keeps a request/response connection open and
+    opens stream connections beside it; one is busy at a time); each 12-byte request (int64
+    position, int32 count) is answered with os.sendfile of that range; a negative count streams
+    the whole file round and round in chunks of -count. The buffer sizes are set on each accepted
+    connection as the broker sets socket.send/receive.buffer.bytes (-1: the OS default)."""
+    import threading
+
     fd = os.open(path, os.O_RDONLY)
-    size = os.fstat(fd).st_size
+    file_size = os.fstat(fd).st_size
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(8)
-    while True:
-        conn, _ = listener.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def serve(conn: socket.socket) -> None:
         out = conn.fileno()
         try:
             while True:
@@ -193,12 +204,20 @@ def plain_sendfile_server(path: str, port: int) -> None:
                 else:
                     position = 0
                     while True:
-                        n = min(-count, size - position)
+                        n = min(-count, file_size - position)
                         position += os.sendfile(out, fd, position, n)
-                        if position >= size:
+                        if position >= file_size:
                             position = 0
         except (ConnectionError, OSError):
             conn.close()
+
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for buffer_size, option in ((send_buffer, socket.SO_SNDBUF), (receive_buffer, socket.SO_RCVBUF)):
+            if buffer_size != -1:
+                conn.setsockopt(socket.SOL_SOCKET, option, buffer_size)
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
 # ------------------------------------------------------------------------------ the data
@@ -319,43 +338,64 @@ class KstoreClient:
         self.sock.close()
 
 
-def plain_trial(port: int, server: Server, size: int, file_size: int, seconds: float,
-                stream: bool) -> dict:
+def connect(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+class PlainClient:
+    """The plain request/response client: like the kstore clients, ONE connection for the whole
+    run. (Until Nov 2026 each trial opened a new one; a fresh loopback connection's buffers start
+    small and grow differently each time, and at 1 MiB that alone moved a trial between 1.5 and
+    4.3 GB/s.)"""
+
+    def __init__(self, port: int):
+        self.sock = connect(port)
+        self.view = memoryview(bytearray(max(FETCH_SIZES)))
+
+    def trial(self, server: Server, size: int, file_size: int, seconds: float) -> dict:
+        sock, view = self.sock, self.view
+        position, total, n = 0, 0, 0
+        sock.sendall(struct.pack(">qi", 0, size))
+        recv_into_exactly(sock, view, size)
+        c0, s0, t0 = thread_cpu(), server.cpu(), now()
+        while True:
+            count = min(size, file_size - position)
+            sock.sendall(struct.pack(">qi", position, count))
+            recv_into_exactly(sock, view, count)
+            total += count
+            n += 1
+            position = position + count if position + count < file_size else 0
+            elapsed = now() - t0
+            if elapsed >= seconds:
+                break
+        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def stream_trial(port: int, server: Server, size: int, seconds: float) -> dict:
+    """The plain server streaming the file in chunks of `size`, no requests: a connection per
+    trial (closing it is what stops the stream)."""
+    sock = connect(port)
     view = memoryview(bytearray(size))
     try:
         total, n = 0, 0
-        if stream:
-            sock.sendall(struct.pack(">qi", 0, -size))
-            recv_into_exactly(sock, view, size)      # warm-up
-            c0, s0, t0 = thread_cpu(), server.cpu(), now()
-            while True:
-                k = sock.recv_into(view)
-                if k == 0:
-                    raise ConnectionError("plain server closed")
-                total += k
-                n += 1
-                if (n & 15) == 0 and now() - t0 >= seconds:
-                    break
-            elapsed = now() - t0
-            n = total // size
-        else:
-            position = 0
-            sock.sendall(struct.pack(">qi", 0, size))
-            recv_into_exactly(sock, view, size)
-            c0, s0, t0 = thread_cpu(), server.cpu(), now()
-            while True:
-                count = min(size, file_size - position)
-                sock.sendall(struct.pack(">qi", position, count))
-                recv_into_exactly(sock, view, count)
-                total += count
-                n += 1
-                position = position + count if position + count < file_size else 0
-                elapsed = now() - t0
-                if elapsed >= seconds:
-                    break
-        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+        sock.sendall(struct.pack(">qi", 0, -size))
+        recv_into_exactly(sock, view, size)      # warm-up
+        c0, s0, t0 = thread_cpu(), server.cpu(), now()
+        while True:
+            k = sock.recv_into(view)
+            if k == 0:
+                raise ConnectionError("plain server closed")
+            total += k
+            n += 1
+            if (n & 15) == 0 and now() - t0 >= seconds:
+                break
+        elapsed = now() - t0
+        return _trial(total, total // size, elapsed, c0, thread_cpu(), s0, server.cpu())
     finally:
         sock.close()
 
@@ -384,58 +424,92 @@ def _point(size: int, trials: list[dict]) -> dict:
             "bytes": sum(t["bytes"] for t in trials), "seconds": sum(t["seconds"] for t in trials)}
 
 
-def bench_fetch_paths(tmp: Path) -> tuple[dict, dict]:
+def socket_buffers(setting: str) -> dict[str, int]:
+    """The socket buffer sizes both kinds of server get: the broker's defaults (Kafka's
+    socket.send.buffer.bytes / socket.receive.buffer.bytes, 102400) or "os" (-1: the kernel sizes
+    the buffers and grows them with the traffic)."""
+    from kstore.config import BROKER_KEYS
+    names = ("socket.send.buffer.bytes", "socket.receive.buffer.bytes")
+    return {n: (BROKER_KEYS[n].default if setting == "broker defaults" else -1) for n in names}
+
+
+def bench_fetch_paths(tmp: Path, log_dir: Path, segment_path: Path, hw: int, setting: str,
+                      sizes: tuple[int, ...], modes: tuple[str, ...]) -> dict:
+    """Trials of `modes` at `sizes`, interleaved; every server with the same socket buffers."""
     import shutil
 
+    buffers = socket_buffers(setting)
+    overrides = [a for n, v in buffers.items() for a in ("--override", f"{n}={v}")]
+    segment = segment_path.read_bytes()
+    file_size = len(segment)
+    servers = {"kstore_sendfile": kstore_serve(log_dir, *overrides)}
+    if "kstore_copy" in modes:
+        copy_dir = tmp / "logs-copy"             # the copy-path broker needs its own log dir (lock)
+        if not copy_dir.exists():
+            shutil.copytree(log_dir, copy_dir)
+            (copy_dir / ".lock").unlink(missing_ok=True)
+        servers["kstore_copy"] = kstore_serve(copy_dir, "--copy-fetch", *overrides)
+    servers["plain"] = Server([__file__, "--plain-sendfile-server", str(segment_path),
+                               "--send-buffer", str(buffers["socket.send.buffer.bytes"]),
+                               "--receive-buffer", str(buffers["socket.receive.buffer.bytes"])],
+                              tmp / "plain-output.txt")
+    rows: dict[str, list] = {m: [] for m in modes}
+    clients: dict = {}
+    try:
+        clients = {m: KstoreClient(servers[m].port, hw) for m in modes if m.startswith("kstore")}
+        clients["plain_sendfile_rr"] = PlainClient(servers["plain"].port)
+        for size in sizes:
+            trials: dict[str, list] = {m: [] for m in modes}
+            for k in range(TRIALS):
+                order = modes[k % len(modes):] + modes[:k % len(modes)]   # rotate: fair to drift
+                for mode in order:
+                    if mode.startswith("kstore"):
+                        trials[mode].append(clients[mode].trial(servers[mode], size, TRIAL_SECONDS, segment))
+                    elif mode == "plain_sendfile_rr":
+                        trials[mode].append(clients[mode].trial(servers["plain"], size, file_size,
+                                                                TRIAL_SECONDS))
+                    else:
+                        trials[mode].append(stream_trial(servers["plain"].port, servers["plain"], size,
+                                                         TRIAL_SECONDS))
+            for mode in modes:
+                rows[mode].append(_point(size, trials[mode]))
+                _print_row(mode, rows[mode][-1])
+    finally:
+        for c in clients.values():
+            c.close()
+        for server in servers.values():
+            server.stop()
+    for i in range(len(sizes)):
+        limit = max(rows["plain_sendfile_stream"][i]["MB_s"], rows["plain_sendfile_rr"][i]["MB_s"])
+        typical = max(rows["plain_sendfile_stream"][i]["MB_s_median"],
+                      rows["plain_sendfile_rr"][i]["MB_s_median"])
+        for mode in modes:
+            rows[mode][i]["ratio_vs_plain_best"] = rows[mode][i]["MB_s"] / limit
+            rows[mode][i]["ratio_vs_plain_median"] = rows[mode][i]["MB_s_median"] / typical
+        if "kstore_copy" in modes:
+            s, c = rows["kstore_sendfile"][i], rows["kstore_copy"][i]
+            s["ratio_sendfile_over_copy"] = s["MB_s"] / c["MB_s"]
+            s["ratio_cpu_copy_over_sendfile"] = c["server_cpu_s_per_GB"] / s["server_cpu_s_per_GB"]
+    return {"socket_buffers": buffers, "rows": rows}
+
+
+def build_fetch_log(tmp: Path) -> tuple[Path, Path, int, dict]:
     log_dir = tmp / "logs"
     t = now()
     segment_path, file_size, hw = build_log(log_dir)
-    segment = segment_path.read_bytes()
-    copy_dir = tmp / "logs-copy"                 # the copy-path broker needs its own log dir (lock)
-    shutil.copytree(log_dir, copy_dir)
-    (copy_dir / ".lock").unlink(missing_ok=True)
-    batch_bytes = struct.unpack_from(">i", segment, 8)[0] + 12
+    with open(segment_path, "rb") as f:
+        first = f.read(12)
+    batch_bytes = struct.unpack_from(">i", first, 8)[0] + 12
     info = {"segment_bytes": file_size, "records": hw, "records_per_batch": RECORDS_PER_BATCH,
             "batch_bytes": batch_bytes, "batches": file_size // batch_bytes,
             "value_bytes": VALUE_SIZE, "build_seconds": now() - t}
     print(f"    log: {file_size / MB:.0f} MB, {hw:,} records in {info['batches']:,} batches of "
           f"{batch_bytes:,} B (built in {info['build_seconds']:.1f} s)", flush=True)
-    servers = {"kstore_sendfile": kstore_serve(log_dir),
-               "kstore_copy": kstore_serve(copy_dir, "--copy-fetch"),
-               "plain": Server([__file__, "--plain-sendfile-server", str(segment_path)],
-                               tmp / "plain-output.txt")}
-    rows: dict[str, list] = {m: [] for m in MODES}
-    try:
-        clients = {m: KstoreClient(servers[m].port, hw) for m in ("kstore_sendfile", "kstore_copy")}
-        for size in FETCH_SIZES:
-            trials: dict[str, list] = {m: [] for m in MODES}
-            for k in range(TRIALS):
-                order = MODES[k % len(MODES):] + MODES[:k % len(MODES)]   # rotate: fair to drift
-                for mode in order:
-                    if mode.startswith("kstore"):
-                        trials[mode].append(clients[mode].trial(servers[mode], size, TRIAL_SECONDS, segment))
-                    else:
-                        trials[mode].append(plain_trial(servers["plain"].port, servers["plain"], size,
-                                                        file_size, TRIAL_SECONDS, mode.endswith("stream")))
-            for mode in MODES:
-                rows[mode].append(_point(size, trials[mode]))
-                _print_row(mode, rows[mode][-1])
-        for c in clients.values():
-            c.close()
-    finally:
-        for server in servers.values():
-            server.stop()
-    for i in range(len(FETCH_SIZES)):
-        limit = max(rows["plain_sendfile_stream"][i]["MB_s"], rows["plain_sendfile_rr"][i]["MB_s"])
-        typical = max(rows["plain_sendfile_stream"][i]["MB_s_median"],
-                      rows["plain_sendfile_rr"][i]["MB_s_median"])
-        for mode in MODES:
-            rows[mode][i]["ratio_vs_plain_best"] = rows[mode][i]["MB_s"] / limit
-            rows[mode][i]["ratio_vs_plain_median"] = rows[mode][i]["MB_s_median"] / typical
-        s, c = rows["kstore_sendfile"][i], rows["kstore_copy"][i]
-        s["ratio_sendfile_over_copy"] = s["MB_s"] / c["MB_s"]
-        s["ratio_cpu_copy_over_sendfile"] = c["server_cpu_s_per_GB"] / s["server_cpu_s_per_GB"]
-    return rows, info
+    return log_dir, segment_path, hw, info
+
+
+def _buffers(buffers: dict[str, int]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in buffers.items())
 
 
 def _size(n: int) -> str:
@@ -692,7 +766,12 @@ def main() -> dict:
               f"median ÷ median, then best ÷ best; CPU: all trials). Each "
               f"server is its own process (CPU clock + /proc/<pid>/stat), the client one thread "
               f"(thread CPU clock + getrusage RUSAGE_THREAD)")
-        rows, info = bench_fetch_paths(tmp)
+        log_dir, segment_path, hw, info = build_fetch_log(tmp)
+        main_run = bench_fetch_paths(tmp, log_dir, segment_path, hw, "broker defaults",
+                                     FETCH_SIZES, MODES)
+        rows = main_run["rows"]
+        print(f"    every server with the broker's default socket buffers: "
+              f"{_buffers(main_run['socket_buffers'])}")
         print(f"    {'fetch size':>10} | {'sendfile MB/s':>13} {'copy MB/s':>10} {'plain rr':>9} "
               f"{'plain stream':>12} | {'sendfile/copy':>13} {'sendfile/plain median, best':>27} | "
               f"server CPU s/GB sendfile / copy (copy/sendfile)")
@@ -704,6 +783,19 @@ def main() -> dict:
                   f"{s['ratio_vs_plain_median']:>20.2f}, {s['ratio_vs_plain_best']:.2f} | "
                   f"{s['server_cpu_s_per_GB']:.3f} / "
                   f"{c['server_cpu_s_per_GB']:.3f} ({s['ratio_cpu_copy_over_sendfile']:.2f}x)")
+        os_sizes = tuple(size for size in FETCH_SIZES if size >= MiB)
+        print(f"-- 1b. The same at {', '.join(map(_size, os_sizes))}, every server with the socket "
+              f"buffers the OS sizes and grows itself (socket.send.buffer.bytes=-1, "
+              f"socket.receive.buffer.bytes=-1): the broker's own cost per fetch shows here",
+              flush=True)
+        os_run = bench_fetch_paths(tmp, log_dir, segment_path, hw, "os", os_sizes, OS_MODES)
+        for i, size in enumerate(os_sizes):
+            s = os_run["rows"]["kstore_sendfile"][i]
+            rr, st = os_run["rows"]["plain_sendfile_rr"][i], os_run["rows"]["plain_sendfile_stream"][i]
+            print(f"    {_size(size):>10} | sendfile {s['MB_s_median']:>6.0f} MB/s, plain rr "
+                  f"{rr['MB_s_median']:>6.0f}, plain stream {st['MB_s_median']:>6.0f} (medians) | "
+                  f"sendfile/plain {s['ratio_vs_plain_median']:.2f} (median), "
+                  f"{s['ratio_vs_plain_best']:.2f} (best)")
         e2e_counts = dict(E2E_RECORDS)
         note = ("" if E2E_FULL or E2E_RECORDS["kafka-python"] == E2E_RECORDS["confluent-kafka"] else
                 f"kafka-python uses {E2E_RECORDS['kafka-python']:,} records, not 1M x scale "
@@ -723,7 +815,9 @@ def main() -> dict:
         "plain_best": "ratio_vs_plain_best divides the best trial by the faster of the two plain "
                       "sendfile modes' best trials; ratio_vs_plain_median divides the median trial "
                       "by the faster of their median trials (the goal's statistic)",
-        "log": info, "fetch_sizes": list(FETCH_SIZES), "modes": LABELS, "fetch": rows,
+        "log": info, "fetch_sizes": list(FETCH_SIZES), "modes": LABELS,
+        "socket_buffers": main_run["socket_buffers"], "fetch": rows,
+        "fetch_os_buffers": {"fetch_sizes": list(os_sizes), **os_run},
         "e2e_records": e2e_counts, "e2e_note": note or None, "e2e": ends,
     }
     path = common.write_json("fetch", data)
@@ -743,7 +837,11 @@ def summary(data: dict) -> str:
             f"{copy_big['MB_s']:.0f} copy ({big['ratio_sendfile_over_copy']:.2f}x, server CPU "
             f"{big['server_cpu_s_per_GB']:.2f} vs {copy_big['server_cpu_s_per_GB']:.2f} s/GB) = "
             f"{big['ratio_vs_plain_median']:.2f}x plain sendfile (medians; best trials "
-            f"{big['ratio_vs_plain_best']:.2f}x); {_size(small['fetch_size'])}: "
+            f"{big['ratio_vs_plain_best']:.2f}x; every server with the broker's default socket "
+            f"buffers); with OS-sized buffers sendfile/plain "
+            + ", ".join(f"{_size(r['fetch_size'])} {r['ratio_vs_plain_median']:.2f}x"
+                        for r in data["fetch_os_buffers"]["rows"]["kstore_sendfile"])
+            + f"; {_size(small['fetch_size'])}: "
             f"{small['MB_s']:.0f} MB/s; e2e records/s produce/consume (clients decode): "
             + ", ".join(f"{k} {common.fmt_rate(v['produce']['records_per_s'])}/"
                         f"{common.fmt_rate(v['consume']['records_per_s'])} ({v['records']:,})"
@@ -805,7 +903,9 @@ def _draw(axes, rows, ends) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "--plain-sendfile-server":
-        plain_sendfile_server(sys.argv[2], int(sys.argv[sys.argv.index("--port") + 1]))
+        def _opt(name: str) -> int:
+            return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else -1
+        plain_sendfile_server(sys.argv[2], _opt("--port"), _opt("--send-buffer"), _opt("--receive-buffer"))
     elif len(sys.argv) in (5, 6) and sys.argv[1] == "--ck-producer":
         ck_producer_process(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], len(sys.argv) == 6)
     else:

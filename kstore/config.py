@@ -284,6 +284,12 @@ _BROKER_KEYS = [
               "Connections one client address may hold; one more is closed at once."),
     ConfigKey("max.connections.per.ip.overrides", "string", "", None,
               "Per-address exceptions to max.connections.per.ip: 'host:count,host:count'."),
+    # Kafka's SocketServer sets these on every accepted connection; -1 leaves the OS default
+    # (on Linux: the kernel sizes the buffers itself as a connection's traffic grows).
+    ConfigKey("socket.send.buffer.bytes", "int", 102400, at_least(-1),
+              "SO_SNDBUF of each accepted connection (-1: the OS default)."),
+    ConfigKey("socket.receive.buffer.bytes", "int", 102400, at_least(-1),
+              "SO_RCVBUF of each accepted connection (-1: the OS default)."),
     ConfigKey("socket.request.max.bytes", "int", 104857600, at_least(1),
               "Largest request frame; a bigger size prefix closes the connection."),
     ConfigKey("connections.max.idle.ms", "long", 600000, at_least(1),

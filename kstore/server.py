@@ -423,6 +423,7 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             try:
                 conn.setblocking(False)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._set_buffer_sizes(conn)
             except OSError:   # reset before we could set it up: drop it, keep accepting
                 conn.close()
                 self.quotas.dec(ip)
@@ -431,6 +432,15 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
             task = asyncio.create_task(self._connection(conn, ip))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _set_buffer_sizes(self, conn: socket.socket) -> None:
+        """socket.send.buffer.bytes / socket.receive.buffer.bytes, as Kafka's Acceptor sets them
+        on an accepted connection (-1: leave the OS default, which Linux grows with the traffic)."""
+        for name, option in (("socket.send.buffer.bytes", socket.SO_SNDBUF),
+                             ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
+            size = self.broker.config[name]
+            if size != -1:
+                conn.setsockopt(socket.SOL_SOCKET, option, size)
 
     async def _connection(self, conn: socket.socket, ip: str) -> None:
         channel = _Channel(asyncio.get_running_loop(), conn, asyncio.current_task())

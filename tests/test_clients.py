@@ -50,6 +50,7 @@ from kafka.structs import OffsetAndMetadata
 from kstore import protocol as P
 from kstore.broker import Broker
 from kstore.compression import Compression, compress
+from kstore.errors import ConfigError
 from kstore.log_manager import LogManager
 from kstore.records import MemoryRecords, Record, build_batch
 from kstore.server import KafkaServer
@@ -1214,6 +1215,36 @@ def header_v1_frame(key: int, version: int, cid: int, body: bytes = b"") -> byte
 def still_usable(c: Conn) -> None:
     response = c.call(API["Metadata"], 4, {"topics": None, "allow_auto_topic_creation": False})
     assert response["brokers"] and response["brokers"][0]["node_id"] == 0
+
+
+def test_accepted_connections_get_the_socket_buffer_sizes_of_the_config(tmp_path):
+    """socket.send.buffer.bytes / socket.receive.buffer.bytes are set on every accepted connection
+    as Kafka's Acceptor sets them (default 102400; Linux reports twice what was asked, its
+    bookkeeping included); -1 leaves the kernel's own sizing; below -1 is refused by name."""
+    def accepted_buffers(config: dict | None) -> tuple[int, int]:
+        broker = Broker(str(tmp_path / f"logs-{len(list(tmp_path.iterdir()))}"), config=config)
+        server = KafkaServer(broker, "127.0.0.1", 0).start_in_thread()
+        try:
+            with Conn(server.port) as c:
+                assert c.call(API["ApiVersions"], 2, {})["error_code"] == 0
+                (channel,) = server._open
+                return (channel.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                        channel.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+        finally:
+            server.stop()
+            broker.shutdown()
+
+    assert accepted_buffers(None) == (2 * 102400, 2 * 102400)
+    assert accepted_buffers({"socket.send.buffer.bytes": 65536,
+                             "socket.receive.buffer.bytes": 32768}) == (2 * 65536, 2 * 32768)
+    with socket.create_server(("127.0.0.1", 0)) as listener:   # what the kernel gives by itself
+        with socket.create_connection(listener.getsockname()) as _, listener.accept()[0] as plain:
+            kernel = (plain.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                      plain.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    assert accepted_buffers({"socket.send.buffer.bytes": -1,
+                             "socket.receive.buffer.bytes": -1}) == kernel
+    with pytest.raises(ConfigError, match="socket.send.buffer.bytes"):
+        Broker(str(tmp_path / "bad"), config={"socket.send.buffer.bytes": -2})
 
 
 def test_api_versions_lists_our_ranges(inproc):

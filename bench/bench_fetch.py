@@ -281,8 +281,7 @@ class KstoreClient:
     """A raw-socket Fetch v11 client that walks the log like a consumer."""
 
     def __init__(self, port: int, hw: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = connect(port)
         self.buf = bytearray(max(FETCH_SIZES) + 64 * KiB)
         self.view = memoryview(self.buf)
         self.hw, self.cid = hw, 0
@@ -321,18 +320,16 @@ class KstoreClient:
         start, length = self.fetch(0, size)       # warm-up, and a check of the bytes served
         if self.view[start:start + length] != segment[:length]:
             raise RuntimeError("the fetched records differ from the segment file")
-        offset, n, total = 0, 0, 0
-        c0, s0, t0 = thread_cpu(), server.cpu(), now()
-        while True:
+        offset = 0
+
+        def one_fetch() -> int:
+            nonlocal offset
             start, length = self.fetch(offset, size)
-            total += length
-            n += 1
             nxt = next_offset(self.buf, start, start + length)
             offset = nxt if 0 <= nxt < self.hw else 0
-            elapsed = now() - t0
-            if elapsed >= seconds:
-                break
-        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+            return length
+
+        return timed_requests(one_fetch, server, seconds)
 
     def close(self) -> None:
         self.sock.close()
@@ -356,21 +353,19 @@ class PlainClient:
 
     def trial(self, server: Server, size: int, file_size: int, seconds: float) -> dict:
         sock, view = self.sock, self.view
-        position, total, n = 0, 0, 0
         sock.sendall(struct.pack(">qi", 0, size))
         recv_into_exactly(sock, view, size)
-        c0, s0, t0 = thread_cpu(), server.cpu(), now()
-        while True:
+        position = 0
+
+        def one_request() -> int:
+            nonlocal position
             count = min(size, file_size - position)
             sock.sendall(struct.pack(">qi", position, count))
             recv_into_exactly(sock, view, count)
-            total += count
-            n += 1
             position = position + count if position + count < file_size else 0
-            elapsed = now() - t0
-            if elapsed >= seconds:
-                break
-        return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
+            return count
+
+        return timed_requests(one_request, server, seconds)
 
     def close(self) -> None:
         self.sock.close()
@@ -398,6 +393,20 @@ def stream_trial(port: int, server: Server, size: int, seconds: float) -> dict:
         return _trial(total, total // size, elapsed, c0, thread_cpu(), s0, server.cpu())
     finally:
         sock.close()
+
+
+def timed_requests(one_request, server: Server, seconds: float) -> dict:
+    """Request after request on one connection (`one_request()` returns the record bytes it
+    got) until `seconds` have passed; the kstore and the plain clients time the same way."""
+    total, n = 0, 0
+    c0, s0, t0 = thread_cpu(), server.cpu(), now()
+    while True:
+        total += one_request()
+        n += 1
+        elapsed = now() - t0
+        if elapsed >= seconds:
+            break
+    return _trial(total, n, elapsed, c0, thread_cpu(), s0, server.cpu())
 
 
 def _trial(total, n, elapsed, c0, c1, s0, s1) -> dict:

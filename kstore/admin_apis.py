@@ -80,12 +80,13 @@ class AdminApis:
     # ------------------------------------------------------------------ DescribeConfigs
     async def _describe_configs(self, version, body, header) -> dict:
         def describe(resource: dict, result: dict) -> None:
+            # No keys (null, or an empty list: Kafka's ConfigHelper treats both alike) = all of them.
             wanted = resource["configuration_keys"]
             read_only = resource["resource_type"] == BROKER_RESOURCE
             result["configs"] = [
                 self._config_result(entry, body, read_only)
                 for entry in self._config_entries(resource["resource_type"], resource["resource_name"])
-                if wanted is None or entry.name in wanted]
+                if not wanted or entry.name in wanted]
         return {"throttle_time_ms": 0, "results": [
             _answer({"error_code": 0, "error_message": None, "configs": [],
                      "resource_type": r["resource_type"], "resource_name": r["resource_name"]},

@@ -139,6 +139,28 @@ def test_kafka_python_admin_agrees(served):
         admin.close()
 
 
+def test_describe_configs_with_no_keys_or_an_empty_key_list_describes_every_config(served):
+    """DescribeConfigs' configuration_keys: null and [] both mean every config (Kafka's
+    ConfigHelper); a list names the ones wanted."""
+    from test_clients import Conn
+    from kstore import protocol as P
+    broker, bootstrap = served
+    port = int(bootstrap.rsplit(":", 1)[1])
+
+    def names(keys) -> set[str]:
+        body = {"resources": [{"resource_type": 4, "resource_name": "0", "configuration_keys": keys}],
+                "include_synonyms": False}
+        with Conn(port) as c:
+            (result,) = c.call(P.API_KEYS["DescribeConfigs"], 1, body)["results"]
+        assert result["error_code"] == 0
+        return {entry["name"] for entry in result["configs"]}
+
+    every = names(None)
+    assert {"socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.partitions"} <= every
+    assert names([]) == every
+    assert names(["socket.send.buffer.bytes", "no.such.config"]) == {"socket.send.buffer.bytes"}
+
+
 def test_kafka_python_describe_log_dirs_reports_the_bytes_on_disk(served):
     """kafka-log-dirs.sh --describe: each partition's size is what its segment files hold."""
     broker, bootstrap = served

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from .broker import Broker
 from .cli_progress import ProgressLine, counted
+from .config import BrokerConfig
 from .consumer import Consumer
 from .errors import KStoreError
 from .producer import Producer
@@ -422,6 +423,8 @@ def _serve(args) -> int:
         raise KStoreError(f"--port must be between 0 and 65535 (0: any free port), not {args.port}")
     if not 0 <= args.broker_id <= 2**31 - 1:   # Kafka's node.id / broker.id: an int32, 0 or more
         raise KStoreError(f"--broker-id must be between 0 and 2147483647, not {args.broker_id}")
+    overrides = _properties(args.override, "--override")
+    BrokerConfig(overrides)  # a bad --override is the one line printed, before anything starts
     if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)
@@ -434,7 +437,7 @@ def _serve(args) -> int:
         configure_logging()   # its recovery warnings on stdout too, as a lone broker's
         raise_open_file_limit()
         node = ClusterNode(args.cluster_dir, args.broker_id, args.port, args.host,
-                           broker_config=_properties(args.override, "--override"), zero_copy=not args.copy_fetch)
+                           broker_config=overrides, zero_copy=not args.copy_fetch)
         print(f"kstore broker {args.broker_id} of the cluster in {args.cluster_dir} on "
               f"{args.host}:{args.port}", flush=True)
         node.run()
@@ -442,5 +445,5 @@ def _serve(args) -> int:
         return 0
     from .server import serve
     serve(args.log_dir, args.host, args.port, zero_copy=not args.copy_fetch,
-          broker_config=_properties(args.override, "--override"))
+          broker_config=overrides)
     return 0

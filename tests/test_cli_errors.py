@@ -125,3 +125,16 @@ def test_the_real_command_prints_one_line_and_creates_nothing(tmp_path):
     run = kstore_process("get-offsets", "--log-dir", str(missing))
     assert_one_line(run, f"kstore get-offsets: LogError: log directory {missing} does not exist")
     assert not (tmp_path / "nonexistent").exists()
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("socket.send.buffer.bytes=-5",
+     "Invalid value -5 for configuration socket.send.buffer.bytes: Value must be at least -1"),
+    ("num.partitions=many", "Invalid value 'many' for configuration num.partitions"),
+])
+def test_serve_with_a_bad_override_says_one_line_and_starts_nothing(tmp_path, override, fragment):
+    """The config is checked first: no log line, no log directory, no port taken."""
+    log_dir = tmp_path / "logs"
+    run = kstore_process("serve", "--log-dir", str(log_dir), "--port", "0", "--override", override)
+    assert_one_line(run, fragment)
+    assert run.stdout == "" and not log_dir.exists()

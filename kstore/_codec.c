@@ -6,6 +6,7 @@
  * every input the reference accepts:
  *
  *   validate_records(data, base_offset, records_count)        -> records.validate_records
+ *   validate_batch(batch, crc32c)                             -> records.RecordBatch.validate
  *   decode_records(data, base_offset, base_timestamp,
  *                  log_append_time, base_sequence,
  *                  records_count, record_type)                -> records.decode_records
@@ -196,6 +197,78 @@ codec_validate_records(PyObject *self, PyObject *args)
     if (!ok)
         Py_RETURN_NONE;
     return Py_BuildValue("(LO)", records_count, null_key ? Py_True : Py_False);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* validate_batch                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+#define BATCH_LOG_OVERHEAD 12                 /* baseOffset + batchLength */
+#define BATCH_RECORDS_OFFSET 61               /* RECORD_BATCH_OVERHEAD: the records start here */
+#define BATCH_ATTRIBUTES_OFFSET 21            /* the CRC covers attributes to the end */
+
+static inline uint32_t
+load_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* RecordBatch.validate: ensure_valid (size, CRC) then validate_records (the walk above) of one
+ * uncompressed v2 batch, in one call; the CRC is computed by `crc32c`, the reference's own
+ * function, over a read-only view of the batch. Returns the null-key flag, or None where the
+ * reference raises or would decompress (then records.py runs the reference). */
+static PyObject *
+codec_validate_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "validate_batch(batch, crc32c) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    PyObject *result = Py_None;
+    Py_INCREF(result);
+    if (data.len < BATCH_RECORDS_OFFSET)
+        goto done;
+    int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be32(d + 8);
+    if (size < BATCH_RECORDS_OFFSET || data.len < size || d[16] != 2)
+        goto done;                                  /* too small, truncated, not magic 2 */
+    if (d[BATCH_ATTRIBUTES_OFFSET + 1] & 0x07)
+        goto done;                                  /* compressed: the reference decompresses */
+    PyObject *covered = PyMemoryView_FromMemory((char *)d + BATCH_ATTRIBUTES_OFFSET,
+                                                size - BATCH_ATTRIBUTES_OFFSET, PyBUF_READ);
+    if (covered == NULL)
+        goto fail;
+    PyObject *crc = PyObject_CallOneArg(args[1], covered);
+    Py_DECREF(covered);
+    if (crc == NULL)
+        goto fail;
+    unsigned long computed = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (computed == (unsigned long)-1 && PyErr_Occurred())
+        goto fail;
+    if (computed != load_be32(d + 17))
+        goto done;                                  /* the stored CRC does not match */
+    long long records_count = (int32_t)load_be32(d + 57);
+    int null_key = 0, ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = walk_valid(d + BATCH_RECORDS_OFFSET, size - BATCH_RECORDS_OFFSET, records_count,
+                    &null_key);
+    Py_END_ALLOW_THREADS
+    if (ok) {
+        Py_DECREF(result);
+        result = null_key ? Py_True : Py_False;
+        Py_INCREF(result);
+    }
+done:
+    PyBuffer_Release(&data);
+    return result;
+fail:
+    Py_DECREF(result);
+    PyBuffer_Release(&data);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -883,6 +956,10 @@ static PyMethodDef codec_methods[] = {
     {"validate_records", codec_validate_records, METH_VARARGS,
      "validate_records(data, base_offset, records_count) -> (count, null_key) or None.\n"
      "Mirrors kstore.records.validate_records; None where the reference raises."},
+    {"validate_batch", (PyCFunction)(void (*)(void))codec_validate_batch, METH_FASTCALL,
+     "validate_batch(batch, crc32c) -> null_key bool or None.\n"
+     "Mirrors kstore.records.RecordBatch.validate (ensure_valid, then validate_records) for an "
+     "uncompressed batch; None where the reference raises or decompresses."},
     {"decode_records", codec_decode_records, METH_VARARGS,
      "decode_records(data, base_offset, base_timestamp, log_append_time, base_sequence, "
      "records_count, record_type) -> list or None.\n"

@@ -9,6 +9,7 @@ or by attribute with dots as underscores (`config.segment_bytes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
@@ -220,15 +221,17 @@ class LogConfig(_Config):
     def _check_consistency(self) -> None:
         check_log_values(self.__getitem__)
 
-    @property
+    # Derived once: a config never changes (new values make a new LogConfig), and every append
+    # asks for these. A cached_property is then a plain attribute of the instance.
+    @cached_property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
-    @property
+    @cached_property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
-    @property
+    @cached_property
     def max_segment_ms(self) -> int:
         """segment.ms, capped by max.compaction.lag.ms for compacted logs (LogConfig.maxSegmentMs)."""
         if self.compact and self.max_compaction_lag_ms > 0:

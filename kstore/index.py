@@ -491,7 +491,10 @@ class LazyIndex:
         return True
 
     def is_full(self) -> bool:
-        if self._index is None and self._fresh and self._pending_size is None:
+        index = self._index   # asked twice on every append: the open index first
+        if index is not None:
+            return index.is_full()
+        if self._fresh and self._pending_size is None:
             return False   # preallocated, no entries yet
         return self.get().is_full()
 

@@ -356,7 +356,8 @@ class RecordBatch:
 
     __slots__ = ("buffer", "position", "base_offset", "batch_length", "partition_leader_epoch",
                  "magic", "crc", "attributes", "last_offset_delta", "base_timestamp",
-                 "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count")
+                 "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count",
+                 "size_in_bytes")
 
     def __init__(self, buffer, position: int | None = None):
         if len(buffer) < RECORD_BATCH_OVERHEAD:
@@ -369,12 +370,10 @@ class RecordBatch:
          self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
          self.producer_id, self.producer_epoch, self.base_sequence,
          self.records_count) = HEADER.unpack_from(buffer, 0)
+        # Derived once, not a property: an append asks four times, and the length never changes.
+        self.size_in_bytes = LOG_OVERHEAD + self.batch_length
 
     # ---- derived values
-    @property
-    def size_in_bytes(self) -> int:
-        return LOG_OVERHEAD + self.batch_length
-
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
@@ -487,6 +486,18 @@ class RecordBatch:
         self._check_v2()
         return _run_codec("validate_records", self.records_view(), self.base_offset,
                           self.records_count)
+
+    def validate(self) -> bool:
+        """The leader's checks of a producer's batch: `ensure_valid` (size and CRC), then
+        `validate_records` (the records' structure); return whether some record has a null key.
+        The native codec does both in one call (`validate_batch`) for an uncompressed batch."""
+        codec = native_codec()
+        if codec is not None:
+            null_key = codec.validate_batch(self.buffer, crc32c)
+            if null_key is not None:
+                return null_key
+        self.ensure_valid()
+        return self.validate_records()[1]
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())

@@ -184,10 +184,11 @@ class LogSegment:
 
     # ------------------------------------------------------------------ appending
     def append(self, largest_offset: int, largest_timestamp: int,
-               shallow_offset_of_max_timestamp: int, records: bytes) -> None:
-        """Append ready batches (offsets already assigned); maybe add one sparse index entry."""
+               shallow_offset_of_max_timestamp: int, records: bytes) -> bool:
+        """Append ready batches (offsets already assigned); maybe add one sparse index entry.
+        Return whether it did (views of the index show it)."""
         if not records:
-            return
+            return False
         physical_position = self.log.size_in_bytes()
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
@@ -196,7 +197,8 @@ class LogSegment:
         if largest_timestamp > self.max_timestamp_so_far:
             self._max_ts_so_far = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         # Strictly greater, and counted before this append: the first append is never indexed.
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        indexed = self.bytes_since_last_index_entry > self.index_interval_bytes
+        if indexed:
             # The open indexes themselves, as Kafka's LogSegment reads `lazyOffsetIndex.get()`:
             # each call through the LazyIndex proxy costs more than the 8-byte write.
             self.offset_index.get().append(largest_offset, physical_position)
@@ -204,6 +206,7 @@ class LogSegment:
                                                self.offset_of_max_timestamp_so_far)
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(records)
+        return indexed
 
     # ------------------------------------------------------------------ rolling
     def should_roll(self, p: RollParams) -> bool:
@@ -234,7 +237,8 @@ class LogSegment:
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         """By record timestamps when the segment has them, else by wall clock since creation."""
-        self._load_first_batch_timestamp()
+        if self.rolling_based_timestamp is None:
+            self._load_first_batch_timestamp()
         if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
             return message_timestamp - self.rolling_based_timestamp
         return now - self.created_ms

@@ -562,3 +562,40 @@ def test_closed_log_refuses_operations(make_log):
     log.close()
     with pytest.raises(LogError, match="closed"):
         log.append([b"x"])
+
+
+def _index_entry_events(log, appends: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(offset, position) of the index_entry events of `appends` one-record appends, and the
+    entries the active segment's offset index holds after them."""
+    rec = EventRecorder(log.events, kinds={"index_entry"})
+    for i in range(appends):
+        log.append_as_leader(batch_of(1, start=i))
+    events = [(e.details["offset"], e.details["position"]) for e in rec.events]
+    return events, [tuple(e) for e in log.active_segment.offset_index.entries_list()]
+
+
+@pytest.mark.parametrize("rule", ["engine", "learner's rule plugged in"])
+def test_each_new_index_entry_is_announced_once_with_its_offset_and_position(make_log, rule):
+    """Views of the index learn of a new entry from the log's index_entry event: the segment's
+    append says whether it indexed, with kstore's rule and with a learner's rule (chapter 02)."""
+    from kstore.grading import live
+
+    def learner_index_entries(appends, interval):   # the chapter-02 rule, written out
+        entries, since, position = [], 0, 0
+        for last_offset, size in appends:
+            if since > interval:
+                entries.append((last_offset, position))
+                since = 0
+            since += size
+            position += size
+        return entries
+
+    log = make_log({"index.interval.bytes": 2 * one_record_size()})
+    if rule == "engine":
+        events, entries = _index_entry_events(log, 10)
+    else:
+        with live.plug(*live.sparse_index(index_entries=learner_index_entries)):
+            events, entries = _index_entry_events(log, 10)
+    size = one_record_size()
+    assert entries == [(3, 3 * size), (6, 6 * size), (9, 9 * size)]
+    assert events == entries

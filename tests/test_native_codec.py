@@ -1,7 +1,7 @@
 """The native codec (kstore/_codec.c) against the pure-Python reference (kstore/records.py).
 
 Differential property tests: the same inputs go to every function the C code mirrors
-(encode_records, decode_records, decode_keys, validate_records). Where the reference returns, the native
+(encode_records, decode_records, decode_keys, validate_records, RecordBatch.validate). Where the reference returns, the native
 function returns the same value (same bytes, equal records); where the reference raises, the
 native function returns None so the engine re-runs the reference and the user sees the reference's
 exception and message (checked through RecordBatch on both paths). A subprocess with
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -202,6 +203,86 @@ def test_decode_and_validate_random_bytes(raw, count):
     compare_keys(raw, 0, count)
 
 
+# ------------------------------------------------------------------------------ validate_batch
+def reference_validate(raw):
+    """What RecordBatch.validate answers on the reference path: ensure_valid, then
+    validate_records; its null-key flag, or the exception."""
+    def run():
+        batch = RecordBatch(raw)
+        batch.ensure_valid()
+        return batch.validate_records()[1]
+    return outcome(run)
+
+
+def compare_validate_batch(raw):
+    """validate_batch (the CRC through the reference's crc32c) against the reference: the same
+    flag, or None where the reference raises."""
+    expected = reference_validate(raw)
+    got = C.validate_batch(raw, records.crc32c)
+    if expected[0] == "ok":
+        assert got is expected[1]
+    else:
+        assert got is None, expected
+    return got
+
+
+@st.composite
+def damaged_batch(draw):
+    """A whole producer batch (header and records), then damaged anywhere: bytes changed
+    (inside the CRC's range or not), truncated, or grown."""
+    recs = draw(st.lists(a_record, min_size=1, max_size=6))
+    drawn_section(recs)   # only batches that can be built
+    raw = bytearray(build_batch(recs))
+    for _ in range(draw(st.integers(1, 2))):
+        kind = draw(st.sampled_from(["set", "set", "truncate", "append"]))
+        at = draw(st.integers(0, max(len(raw) - 1, 0)))
+        if kind == "set" and raw:
+            raw[at] = draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del raw[at:]
+        else:
+            raw += draw(st.binary(min_size=1, max_size=8))
+    if draw(st.booleans()) and len(raw) >= records.RECORD_BATCH_OVERHEAD:
+        # Sealed again: the CRC matches the damage, so the records' walk has to catch it.
+        struct.pack_into(">I", raw, records.CRC_OFFSET,
+                         records.crc32c(bytes(raw[records.ATTRIBUTES_OFFSET:])))
+    return bytes(raw)
+
+
+@SETTINGS
+@given(st.lists(a_record, min_size=1, max_size=20))
+def test_validate_batch_well_formed(recs):
+    drawn_section(recs)
+    raw = build_batch(recs)
+    for buffer in (raw, bytearray(raw), memoryview(bytearray(raw))):
+        assert compare_validate_batch(buffer) is (RecordBatch(raw).validate_records()[1])
+    assert RecordBatch(raw).validate() is any(r.key is None for r in recs)
+
+
+@SETTINGS
+@given(damaged_batch())
+@example(raw=b"")
+@example(raw=b"\x00" * 61)
+def test_validate_batch_damaged(raw):
+    compare_validate_batch(raw)
+    # The engine's RecordBatch.validate raises the reference's exception and message.
+    expected = reference_validate(raw)
+    if expected[0] == "error" and len(raw) >= records.RECORD_BATCH_OVERHEAD:
+        assert outcome(RecordBatch(raw).validate) == expected
+
+
+def test_validate_batch_defers_compressed_batches_and_uses_the_crc_it_is_given():
+    recs = [Record(b"k%d" % i, b"v" * 50, 1000 + i) for i in range(20)]
+    gzipped = build_batch(recs, compression=records.Compression.GZIP)
+    assert C.validate_batch(gzipped, records.crc32c) is None   # the reference decompresses
+    assert RecordBatch(gzipped).validate() is False
+    plain = build_batch(recs)
+    assert C.validate_batch(plain, records.crc32c) is False
+    assert C.validate_batch(plain, lambda data: 0) is None     # a CRC that does not match
+    with pytest.raises(ZeroDivisionError):                     # the CRC function's error
+        C.validate_batch(plain, lambda data: 1 // 0)
+
+
 def test_varint_limits_defer_to_the_reference():
     # An 11th varlong byte, a 6th varint byte, and a varint above 32 bits: the reference's errors.
     for raw in (b"\x10\x00" + b"\xff" * 9 + b"\x7f", b"\x10\x00\x00" + b"\xff" * 5 + b"\x01",
@@ -252,7 +333,7 @@ cases = [good, good[:-3], good[:70] + b"\xff" + good[71:], good[:61] + b"\x00" +
 for raw in cases:
     batch = RecordBatch(raw)
     row = []
-    for call in (batch.validate_records, batch.keys_and_offsets, lambda: [tuple(r.__getattribute__(f) for f in
+    for call in (batch.validate_records, batch.validate, batch.keys_and_offsets, lambda: [tuple(r.__getattribute__(f) for f in
                  ("key", "value", "timestamp", "headers", "offset", "sequence")) for r in batch.records()]):
         try:
             row.append(["ok", repr(call())])

@@ -164,7 +164,7 @@ def sparse_index(index_entries: Callable | None = None, largest_lower_bound_slot
     if index_entries is not None:
         def append(self, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp, records):
             if not records:
-                return
+                return False
             history = self.__dict__.setdefault("_learner_appends", [])
             if self.log.size_in_bytes() == 0:
                 self.rolling_based_timestamp = largest_timestamp
@@ -181,6 +181,8 @@ def sparse_index(index_entries: Callable | None = None, largest_lower_bound_slot
                 offset, position = entries[-1]
                 self.offset_index.append(offset, position)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+                return True    # the log tells views of the new entry
+            return False
         patches.append(Patch(LogSegment, "append", append))
     if largest_lower_bound_slot is not None:
         def slot_for(self, target, key=None):

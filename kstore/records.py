@@ -703,11 +703,15 @@ class MemoryRecords:
 
     def batches(self) -> list[RecordBatch]:
         if self._batches is None:
-            self._batches = list(self._iter_batches())
+            self._batches = self._read_batches()
         return self._batches
 
-    def _iter_batches(self) -> Iterator[RecordBatch]:
+    def _read_batches(self) -> list[RecordBatch]:
+        # A list built in a loop, not a generator: every append reads its request this way.
         buf, pos, end = self.buffer, 0, len(self.buffer)
+        view = buf if isinstance(buf, memoryview) else None if isinstance(buf, bytes) \
+            else memoryview(buf)
+        found: list[RecordBatch] = []
         while end - pos >= LOG_OVERHEAD:
             (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
             if length < MIN_BATCH_LENGTH_FIELD:
@@ -719,16 +723,17 @@ class MemoryRecords:
                     f"record size {length} exceeds the largest allowable message size "
                     f"({self.max_batch_size}) at position {self.base_position + pos}")
             if end - pos < HEADER_SIZE_UP_TO_MAGIC or end - pos < LOG_OVERHEAD + length:
-                return  # partial trailing batch
+                break  # partial trailing batch
             magic = buf[pos + MAGIC_OFFSET]
             magic = magic - 256 if magic > 127 else magic
             if magic < 0 or magic > CURRENT_MAGIC:
                 raise CorruptRecordError(
                     f"invalid magic found in record: {magic} at position {self.base_position + pos}")
             size = LOG_OVERHEAD + length
-            yield RecordBatch(memoryview(buf)[pos:pos + size] if not isinstance(buf, bytes)
-                              else buf[pos:pos + size], self.base_position + pos)
+            found.append(RecordBatch(buf[pos:pos + size] if view is None else view[pos:pos + size],
+                                     self.base_position + pos))
             pos += size
+        return found
 
     def __iter__(self) -> Iterator[RecordBatch]:
         return iter(self.batches())

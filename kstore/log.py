@@ -461,11 +461,12 @@ class Log:
                 raise InvalidRecordError(
                     f"compacted topic cannot accept message without key in topic partition "
                     f"{self.name}")
-            if not from_client and previous_last is not None and batch.base_offset <= previous_last:
-                raise InvalidRecordError(
-                    f"out of order offsets in append to {self.name}: batch at {batch.base_offset} "
-                    f"follows a batch ending at {previous_last}")
-            previous_last = batch.last_offset
+            if not from_client:   # a follower's batches come with offsets: in order
+                if previous_last is not None and batch.base_offset <= previous_last:
+                    raise InvalidRecordError(
+                        f"out of order offsets in append to {self.name}: batch at "
+                        f"{batch.base_offset} follows a batch ending at {previous_last}")
+                previous_last = batch.last_offset
         return batches
 
     def _assign_offsets(self, buf: memoryview, batches: list[RecordBatch], leader_epoch: int,

@@ -203,14 +203,20 @@ codec_validate_records(PyObject *self, PyObject *args)
 /* validate_batch                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The v2 batch header (records.py's offsets), for validate_batch and the cleaner's walks. */
 #define BATCH_LOG_OVERHEAD 12                 /* baseOffset + batchLength */
-#define BATCH_RECORDS_OFFSET 61               /* RECORD_BATCH_OVERHEAD: the records start here */
+#define BATCH_OVERHEAD 61                     /* RECORD_BATCH_OVERHEAD: the records start here */
+#define BATCH_MIN_LENGTH 14                   /* MIN_BATCH_LENGTH_FIELD */
 #define BATCH_ATTRIBUTES_OFFSET 21            /* the CRC covers attributes to the end */
 
-static inline uint32_t
-load_be32(const uint8_t *p)
+/* An n-byte big-endian field. */
+static inline uint64_t
+load_be(const uint8_t *p, int n)
 {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
 }
 
 /* RecordBatch.validate: ensure_valid (size, CRC) then validate_records (the walk above) of one
@@ -230,10 +236,10 @@ codec_validate_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const uint8_t *d = (const uint8_t *)data.buf;
     PyObject *result = Py_None;
     Py_INCREF(result);
-    if (data.len < BATCH_RECORDS_OFFSET)
+    if (data.len < BATCH_OVERHEAD)
         goto done;
-    int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be32(d + 8);
-    if (size < BATCH_RECORDS_OFFSET || data.len < size || d[16] != 2)
+    int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be(d + 8, 4);
+    if (size < BATCH_OVERHEAD || data.len < size || d[16] != 2)
         goto done;                                  /* too small, truncated, not magic 2 */
     if (d[BATCH_ATTRIBUTES_OFFSET + 1] & 0x07)
         goto done;                                  /* compressed: the reference decompresses */
@@ -249,12 +255,12 @@ codec_validate_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(crc);
     if (computed == (unsigned long)-1 && PyErr_Occurred())
         goto fail;
-    if (computed != load_be32(d + 17))
+    if (computed != load_be(d + 17, 4))
         goto done;                                  /* the stored CRC does not match */
-    long long records_count = (int32_t)load_be32(d + 57);
+    long long records_count = (int32_t)load_be(d + 57, 4);
     int null_key = 0, ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = walk_valid(d + BATCH_RECORDS_OFFSET, size - BATCH_RECORDS_OFFSET, records_count,
+    ok = walk_valid(d + BATCH_OVERHEAD, size - BATCH_OVERHEAD, records_count,
                     &null_key);
     Py_END_ALLOW_THREADS
     if (ok) {
@@ -1915,19 +1921,6 @@ done:
  * stamp with a delete horizon, and an emptied batch ending at the upper bound.
  */
 
-#define CLEANER_LOG_OVERHEAD 12
-#define CLEANER_BATCH_OVERHEAD 61
-#define CLEANER_MIN_BATCH_LENGTH 14
-
-static inline uint64_t
-cleaner_be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 typedef struct {
     int64_t base_offset, base_timestamp, max_timestamp, producer_id, last_offset;
     int attributes;
@@ -1939,24 +1932,24 @@ typedef struct {
 static int
 simple_batch(const uint8_t *d, Py_ssize_t len, Py_ssize_t pos, SimpleBatch *b)
 {
-    if (len - pos < CLEANER_BATCH_OVERHEAD)
+    if (len - pos < BATCH_OVERHEAD)
         return 0;
-    int32_t length = (int32_t)cleaner_be(d + pos + 8, 4);
-    if (length < CLEANER_MIN_BATCH_LENGTH || length > len - pos - CLEANER_LOG_OVERHEAD
-            || CLEANER_LOG_OVERHEAD + length < CLEANER_BATCH_OVERHEAD || d[pos + 16] != 2)
+    int32_t length = (int32_t)load_be(d + pos + 8, 4);
+    if (length < BATCH_MIN_LENGTH || length > len - pos - BATCH_LOG_OVERHEAD
+            || BATCH_LOG_OVERHEAD + length < BATCH_OVERHEAD || d[pos + 16] != 2)
         return 0;
-    b->attributes = (int)cleaner_be(d + pos + 21, 2);
+    b->attributes = (int)load_be(d + pos + 21, 2);
     if (b->attributes & (0x07 | 0x10 | 0x20))  /* compressed, transactional, control */
         return 0;
-    b->records_count = (int32_t)cleaner_be(d + pos + 57, 4);
+    b->records_count = (int32_t)load_be(d + pos + 57, 4);
     if (b->records_count < 0)
         return 0;
-    b->size = CLEANER_LOG_OVERHEAD + length;
-    b->base_offset = (int64_t)cleaner_be(d + pos, 8);
-    b->last_offset = b->base_offset + (int32_t)cleaner_be(d + pos + 23, 4);
-    b->base_timestamp = (int64_t)cleaner_be(d + pos + 27, 8);
-    b->max_timestamp = (int64_t)cleaner_be(d + pos + 35, 8);
-    b->producer_id = (int64_t)cleaner_be(d + pos + 43, 8);
+    b->size = BATCH_LOG_OVERHEAD + length;
+    b->base_offset = (int64_t)load_be(d + pos, 8);
+    b->last_offset = b->base_offset + (int32_t)load_be(d + pos + 23, 4);
+    b->base_timestamp = (int64_t)load_be(d + pos + 27, 8);
+    b->max_timestamp = (int64_t)load_be(d + pos + 35, 8);
+    b->producer_id = (int64_t)load_be(d + pos + 43, 8);
     return 1;
 }
 
@@ -2036,7 +2029,7 @@ codec_map_batches(PyObject *self, PyObject *args)
         KeySpan *spans;
         long long read, latest;
         int full;
-        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+        int r = key_spans(d + pos + BATCH_OVERHEAD, b.size - BATCH_OVERHEAD,
                           b.base_offset, b.records_count, NULL, &spans);
         if (r < 0 || (r > 0 && map_spans(entries, spans, b.records_count, start, max_entries,
                                          &read, &full, &latest) < 0)) {
@@ -2101,7 +2094,7 @@ codec_filter_batches(PyObject *self, PyObject *args)
         KeySpan *spans;
         FilterCounts c;
         int has_horizon = (b.attributes & 0x40) != 0;
-        int r = key_spans(d + pos + CLEANER_BATCH_OVERHEAD, b.size - CLEANER_BATCH_OVERHEAD,
+        int r = key_spans(d + pos + BATCH_OVERHEAD, b.size - BATCH_OVERHEAD,
                           b.base_offset, b.records_count, (OffsetTable *)entries, &spans);
         if (r < 0 || (r > 0 && filter_spans(entries, spans, b.records_count, map_latest, has_horizon,
                                             b.base_timestamp, now, keep, &c) < 0)) {

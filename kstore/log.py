@@ -242,7 +242,15 @@ class Log:
                 for segment in self.segments:
                     following = self.higher_segment(segment.base_offset)
                     if following is None or following.base_offset > start:
-                        for batch in segment.log.batch_headers():
+                        position = 0
+                        if segment.base_offset < start:
+                            # Kafka reads the segment from `start` (segment.read), found through
+                            # the offset index: the batches below it are not read at all.
+                            found = segment.translate_offset(start)
+                            if found is None:
+                                continue   # nothing at or above `start` in this segment
+                            position = found.position
+                        for batch in segment.log.batch_headers(position):
                             if batch.base_offset >= start:
                                 if batch.is_control:   # the marker's type is in its record
                                     batch = next(segment.log.batches(batch.position))

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import T0, records
 from kstore import LogConfig, Record
 from kstore.clock import ManualClock
+from kstore.file_records import FileRecords
 from kstore.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from kstore.log import Log
 from kstore.log_manager import LogManager
@@ -162,6 +163,34 @@ def test_state_survives_a_restart(make_log, clean):
         reopened.append_as_leader(batch(30, 2))
     if clean:
         assert "00000000000000000024.snapshot" in snapshot_files(reopened)
+
+
+def test_a_restart_reads_a_segment_from_the_snapshots_offset_not_from_its_start(make_log,
+                                                                                monkeypatch):
+    """UnifiedLog.rebuildProducerState reads a segment from the snapshot's offset on
+    (segment.read, through the offset index): after a crash, only the batch headers above the
+    last snapshot are read, however much of the segment lies below it."""
+    log = make_log({"index.interval.bytes": 256})              # one segment, indexed densely
+    for i in range(200):
+        log.append_as_leader(batch(2 * i, 2))
+    log.producer_state.take_snapshot(400)
+    for i in range(200, 205):
+        log.append_as_leader(batch(2 * i, 2))
+    log.flush()
+    log.close_without_flush()
+    reopened = make_log({"index.interval.bytes": 256}, had_clean_shutdown=False)
+    assert reopened.number_of_segments == 1
+    read = []
+    headers = FileRecords.batch_headers
+
+    def counted(self, start=0, end=None):
+        for header in headers(self, start, end):
+            read.append(header.base_offset)
+            yield header
+    monkeypatch.setattr(FileRecords, "batch_headers", counted)
+    assert reopened.append_as_leader(batch(408, 2)).duplicate   # the last batch, retried
+    assert read == [400, 402, 404, 406, 408]                     # nothing below the snapshot
+    assert reopened.append_as_leader(batch(410, 2)).first_offset == 410
 
 
 def two_batches_with_a_roll_between(log: Log) -> Log:

@@ -6,7 +6,10 @@
 
 One run writes 1M records (100-byte values, 100 distinct keys, 4 partitions, producer-sized
 batches of ~16 KiB) into a kstore topic, writes exactly the same rows (all seven columns of the
-Kafka schema) to Parquet, then times two queries on each, in the same SparkSession (local[2]):
+Kafka schema) to Parquet, then times two queries on each, in the same SparkSession (local[2],
+`spark_session(quick_start=False)`: HotSpot's default tiered JIT, not the C1-only quick start of
+the notebooks; executors reach their Python workers over Unix domain sockets, as every
+`spark_session` sets up):
 
 * `value` query: count(*), sum(length(value)), max(offset) — every value is read;
 * `key` query:   groupBy(key).count() — Parquet reads only the `key` column here.
@@ -215,7 +218,9 @@ def main() -> dict:
               f"Parquet; written in {t_make.seconds:.1f} s); decoder alone "
               f"{common.fmt_rate(decoder['rows_per_s'])} rows/s")
 
-        spark = spark_session("kstore-bench", driver_memory="2g")
+        # HotSpot's default JIT, as a Spark job over real data runs (the notebooks' quick start,
+        # C1 only, makes long scans slower: see kstore.spark.session)
+        spark = spark_session("kstore-bench", driver_memory="2g", quick_start=False)
         from pyspark import cloudpickle
         cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers can't import us
         spark.dataSource.register(_floor_source())

@@ -37,7 +37,9 @@ def executors(spark) -> int:
 def main(master: str, bootstrap: str, log_dir: str, work: str) -> dict:
     from kstore.spark import spark_session
     out: dict = {}
-    spark = spark_session("kstore-cluster-test", master=master, extra_conf={
+    # quick_start: this cluster shares 2 cores with the test run, so its JVMs start as the local
+    # session's do (a cluster master otherwise gets the JVMs' defaults).
+    spark = spark_session("kstore-cluster-test", master=master, quick_start=True, extra_conf={
         "spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2"})
     deadline = time.monotonic() + 90
     while executors(spark) < 2 and time.monotonic() < deadline:

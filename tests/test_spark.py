@@ -251,6 +251,76 @@ def test_a_schema_selecting_columns_prunes_the_others(spark, mixed, tmp_path):
                 .load(str(mixed)).collect()
 
 
+def test_quick_start_for_a_local_session_the_jvms_defaults_for_a_cluster():
+    """The C1-only JIT and serial GC start a local session sooner but slow long scans: a local
+    master gets them unless quick_start=False; a cluster's driver and executors get the JVMs'
+    defaults unless quick_start=True. extra_conf wins over every setting."""
+    from kstore.spark.session import QUICK_START_JVM_OPTIONS, session_config
+    local = session_config("local[2]")
+    assert local["spark.driver.extraJavaOptions"].startswith(QUICK_START_JVM_OPTIONS + " ")
+    assert "spark.executor.extraJavaOptions" not in local        # local: the driver's JVM runs all
+    for conf in (session_config("local[2]", quick_start=False),
+                 session_config("spark://127.0.0.1:7077")):
+        assert "-XX:" not in conf["spark.driver.extraJavaOptions"]
+        assert "-XX:" not in conf.get("spark.executor.extraJavaOptions", "")
+    small_cluster = session_config("spark://127.0.0.1:7077", quick_start=True)
+    assert small_cluster["spark.executor.extraJavaOptions"] == QUICK_START_JVM_OPTIONS
+    assert session_config("local[2]", extra_conf={
+        "spark.python.unix.domain.socket.enabled": "false"})[
+        "spark.python.unix.domain.socket.enabled"] == "false"
+
+
+def test_the_local_sessions_jvm_runs_with_the_quick_start_flags(spark):
+    """The flags reach the JVM that runs (not only the configuration)."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in arguments and "-XX:+UseSerialGC" in arguments, arguments
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix domain sockets "
+                    "on this platform: spark_session leaves Spark's TCP default")
+def test_python_workers_reach_their_executor_over_a_unix_domain_socket(spark):
+    """spark_session turns on spark.python.unix.domain.socket.enabled: over loopback TCP every
+    task of a Python data source waited ~40 ms for the JVM's first message (the reason is in
+    kstore.spark.session). A reader running in a Python worker lists the families of its
+    connected sockets: all of them Unix, none TCP."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class FamiliesReader(DataSourceReader):     # defined here: pickled by value for the worker
+        def read(self, partition):
+            import socket
+            families = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    sock = socket.socket(fileno=os.dup(int(fd)))
+                except OSError:
+                    continue                    # not a socket
+                try:
+                    sock.getpeername()
+                    families.append(sock.family.name)
+                except OSError:
+                    pass                        # a listening or unconnected socket
+                finally:
+                    sock.close()
+            yield (",".join(sorted(families)),)
+
+    class Families(DataSource):
+        @classmethod
+        def name(cls):
+            return "worker_socket_families"
+
+        def schema(self):
+            return "families string"
+
+        def reader(self, schema):
+            return FamiliesReader()
+
+    spark.dataSource.register(Families)
+    [row] = spark.read.format("worker_socket_families").load().collect()
+    families = row.families.split(",")
+    assert "AF_UNIX" in families and not {"AF_INET", "AF_INET6"} & set(families), families
+
+
 def test_bad_options_give_clear_errors(spark, mixed, tmp_path):
     def error_of(make) -> str:
         with pytest.raises(Exception) as e:

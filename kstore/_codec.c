@@ -878,6 +878,180 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* records_section (issue 20: the Spark sink encodes Arrow columns)                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One int64 of a column given as a buffer of int64s (numpy arrays). */
+static inline int64_t
+int64_at(const Py_buffer *b, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, (const uint8_t *)b->buf + 8 * i, 8);
+    return v;
+}
+
+/* The body size of record i (everything after its length varint), or -1 where a key or value
+ * lies outside its data buffer or has a length below -1 (null). */
+static inline int64_t
+section_body_size(Py_ssize_t i, const Py_buffer *kd, const Py_buffer *ks, const Py_buffer *kl,
+                  const Py_buffer *vd, const Py_buffer *vs, const Py_buffer *vl)
+{
+    int64_t size = 3 + size_of_unsigned(zigzag64(i));   /* attributes, ts delta, header count */
+    const Py_buffer *data[2] = {kd, vd}, *starts[2] = {ks, vs}, *lengths[2] = {kl, vl};
+    for (int c = 0; c < 2; c++) {
+        int64_t length = int64_at(lengths[c], i), start = int64_at(starts[c], i);
+        if (length < -1)
+            return -1;
+        if (length >= 0 && (start < 0 || start > data[c]->len - length))
+            return -1;
+        size += size_of_unsigned(zigzag64(length)) + (length > 0 ? length : 0);
+    }
+    return size;
+}
+
+/* encode.records_section(keys, values) from the columns' parts: each Arrow data buffer, and per
+ * record the start of its key / value there and its length (-1: null). The same bytes as the
+ * numpy reference, or None where a start or length is outside its buffer (or for no records). */
+static PyObject *
+codec_records_section(PyObject *self, PyObject *args)
+{
+    Py_buffer kd, ks, kl, vd, vs, vl;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*:records_section", &kd, &ks, &kl, &vd, &vs, &vl))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = kl.len / 8;
+    /* no records: left to the reference (its trailing header-count piece makes it one byte) */
+    int ok = n > 0 && ks.len == kl.len && vs.len == kl.len && vl.len == kl.len && kl.len % 8 == 0;
+    int64_t total = 0;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t body = section_body_size(i, &kd, &ks, &kl, &vd, &vs, &vl);
+            if (body < 0) {
+                ok = 0;
+                break;
+            }
+            total += size_of_unsigned(zigzag64(body)) + body;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL)
+        goto done;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        w = write_unsigned(w, zigzag64(section_body_size(i, &kd, &ks, &kl, &vd, &vs, &vl)));
+        *w++ = 0;                                     /* attributes */
+        *w++ = 0;                                     /* timestamp delta: the batch's time */
+        w = write_unsigned(w, zigzag64(i));           /* offset delta */
+        const Py_buffer *data[2] = {&kd, &vd}, *starts[2] = {&ks, &vs}, *lengths[2] = {&kl, &vl};
+        for (int c = 0; c < 2; c++) {                 /* key, then value */
+            int64_t length = int64_at(lengths[c], i);
+            w = write_unsigned(w, zigzag64(length));
+            if (length > 0) {
+                memcpy(w, (const uint8_t *)data[c]->buf + int64_at(starts[c], i), (size_t)length);
+                w += length;
+            }
+        }
+        *w++ = 0;                                     /* header count */
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&kd);
+    PyBuffer_Release(&ks);
+    PyBuffer_Release(&kl);
+    PyBuffer_Release(&vd);
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&vl);
+    return out;
+}
+
+/* Kafka's Utils.murmur2 with its seed, as kstore.partitioner.murmur2 computes it. */
+static int32_t
+murmur2(const uint8_t *d, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28cU ^ (uint32_t)length;
+    Py_ssize_t length4 = length / 4;
+    for (Py_ssize_t i = 0; i < length4; i++) {
+        const uint8_t *p = d + 4 * i;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
+                     | ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t tail = length & ~(Py_ssize_t)3;
+    switch (length % 4) {
+    case 3:
+        h ^= (uint32_t)d[tail + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)d[tail + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)d[tail];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+/* kstore.partitioner.partition_for_key for a column of keys: each key's start in `data` and its
+ * length (-1: a null key, which gets -1). bytes of int64 partitions, or None where the reference
+ * raises (no partitions) or a key lies outside the buffer. */
+static PyObject *
+codec_partitions_for_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, lengths;
+    long long num_partitions;
+    if (!PyArg_ParseTuple(args, "y*y*y*L:partitions_for_keys", &data, &starts, &lengths,
+                          &num_partitions))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = lengths.len / 8;
+    int ok = num_partitions >= 1 && starts.len == lengths.len && lengths.len % 8 == 0;
+    if (!ok) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out == NULL)
+        goto done;
+    int64_t *partitions = (int64_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t length = int64_at(&lengths, i), start = int64_at(&starts, i);
+        if (length < 0) {
+            partitions[i] = -1;                       /* a null key: the sticky partitioner's */
+            continue;
+        }
+        if (start < 0 || start > data.len - length) {
+            ok = 0;
+            break;
+        }
+        int32_t h = murmur2((const uint8_t *)data.buf + start, (Py_ssize_t)length);
+        partitions[i] = (int64_t)((uint32_t)h & 0x7fffffffU) % num_partitions;  /* toPositive */
+    }
+    Py_END_ALLOW_THREADS
+    out = filled_or_none(ok, out);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lengths);
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* record_size_in_bytes (issue 17b: the producer sizes every record it batches)               */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -982,6 +1156,14 @@ static PyMethodDef codec_methods[] = {
     {"record_fields", codec_record_fields, METH_VARARGS,
      "record_fields(data, zigzag_lengths) -> bytes of 8 rows of int64 record fields, or None.\n"
      "Mirrors kstore.spark.decode.ColumnBuilder._fields; None where the reference raises."},
+    {"records_section", codec_records_section, METH_VARARGS,
+     "records_section(key_data, key_starts, key_lengths, value_data, value_starts, value_lengths)"
+     " -> bytes or None.\n"
+     "Mirrors kstore.spark.encode.records_section; None where a key or value lies outside its "
+     "buffer."},
+    {"partitions_for_keys", codec_partitions_for_keys, METH_VARARGS,
+     "partitions_for_keys(data, starts, lengths, num_partitions) -> bytes of int64 or None.\n"
+     "Mirrors kstore.partitioner.partition_for_key over a column of keys (-1 for a null key)."},
     {"record_size_in_bytes", (PyCFunction)(void (*)(void))codec_record_size_in_bytes, METH_FASTCALL,
      "record_size_in_bytes(offset_delta, timestamp_delta, key, value, headers) -> int or None.\n"
      "Mirrors kstore.records.record_size_in_bytes; None where the reference raises or takes other types."},

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -618,7 +619,18 @@ def test_a_deleted_partition_is_data_loss_not_a_crash(tmp_path, capfd):
 
 # ---- the sink's task side: Arrow → batches, routing, stale staging, a serving broker ---------
 
-def test_arrow_encoding_gives_the_bytes_build_batch_gives():
+@pytest.fixture(params=["native", "pure"])
+def either_codec(request):
+    """The test runs with the native codec (where built) and inside native.pure_python()."""
+    from kstore import native
+    if request.param == "native":
+        yield
+        return
+    with native.pure_python():
+        yield
+
+
+def test_arrow_encoding_gives_the_bytes_build_batch_gives(either_codec):
     from kstore.spark.encode import BinaryColumn, encode_batches
     keys = pa.array([None if i % 5 == 0 else f"k{i}" for i in range(40)])
     values = pa.array([None if i % 7 == 3 else b"v" * (i * 9) for i in range(40)], pa.binary())
@@ -642,7 +654,80 @@ def test_arrow_encoding_gives_the_bytes_build_batch_gives():
                                 zip(sliced.to_pylist(), values.slice(10, 5).to_pylist())])
 
 
-def test_sink_routing_is_kafkas_partitioner():
+_cells = st.none() | st.binary(max_size=300)
+
+
+def _needs_native(name: str):
+    from kstore import native
+    if getattr(native.codec, name, None) is None:
+        pytest.skip("the native codec is not built: `pip install -e .` with a C compiler")
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(_cells, _cells), max_size=60), keyless=st.booleans(),
+       cut=st.integers(0, 5), pick=st.randoms(use_true_random=False))
+def test_native_records_section_gives_the_numpy_references_bytes(rows, keyless, cut, pick):
+    """`records_section` in kstore/_codec.c against the numpy reference, on Arrow columns that
+    are sliced (a non-zero offset), with nulls, empty and long cells, no key column, and rows
+    taken out of order (as routing takes a partition's rows)."""
+    _needs_native("records_section")
+    from kstore.spark.encode import (BinaryColumn, native_or_reference_records_section,
+                                     records_section)
+    keys = pa.array([b"pad"] * cut + [k for k, _v in rows], pa.binary()).slice(cut)
+    values = pa.array([b"pad"] * cut + [v for _k, v in rows], pa.binary()).slice(cut)
+    n = len(rows)
+    order = list(range(n))
+    pick.shuffle(order)
+    idx = np.array(order[:max(n - 2, 0)], dtype=np.int64)
+    for key_column, value_column in (
+            (BinaryColumn(None if keyless else keys, n), BinaryColumn(values, n)),
+            (BinaryColumn(None if keyless else keys, n).take(idx), BinaryColumn(values, n).take(idx))):
+        assert native_or_reference_records_section(key_column, value_column) == \
+            records_section(key_column, value_column)
+
+
+def test_native_records_section_declines_cells_outside_their_buffers():
+    """Starts or lengths that do not fit the data buffer get None (the reference then runs), never
+    a read past the buffer."""
+    _needs_native("records_section")
+    from kstore import native
+    starts, lengths = np.array([0, 2], dtype=np.int64), np.array([2, 2], dtype=np.int64)
+    ok = native.codec.records_section(b"abcd", starts, lengths, b"wxyz", starts, lengths)
+    assert ok is not None and ok.count(b"ab") == 1 and ok.count(b"yz") == 1
+    for bad_starts, bad_lengths in (([0, 3], [2, 2]), ([0, -1], [2, 2]), ([0, 2], [2, -2]),
+                                    ([0, 2], [2, 1 << 40])):
+        s_, l_ = np.array(bad_starts, dtype=np.int64), np.array(bad_lengths, dtype=np.int64)
+        assert native.codec.records_section(b"abcd", s_, l_, b"wxyz", starts, lengths) is None
+        assert native.codec.records_section(b"abcd", starts, lengths, b"wxyz", s_, l_) is None
+    assert native.codec.records_section(b"", starts[:1], lengths, b"", starts, lengths) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.none() | st.binary(max_size=40), max_size=80),
+       count=st.integers(1, 1000), cut=st.integers(0, 3))
+def test_native_key_partitions_are_partition_for_keys(keys, count, cut):
+    """`partitions_for_keys` in C gives partition_for_key (murmur2, toPositive, modulo) for every
+    non-null key of a sliced Arrow column, -1 for a null key; the sink routes with it."""
+    _needs_native("partitions_for_keys")
+    from kstore import native
+    from kstore.partitioner import partition_for_key
+    from kstore.spark.encode import BinaryColumn
+    column = BinaryColumn(pa.array([b"x"] * cut + keys, pa.binary()).slice(cut), len(keys))
+    data, starts = column.parts()
+    found = np.frombuffer(native.codec.partitions_for_keys(data, starts, column.lengths, count),
+                          dtype=np.int64)
+    assert found.tolist() == [-1 if k is None else partition_for_key(k, count) for k in keys]
+
+
+def test_native_key_partitions_decline_what_the_reference_refuses():
+    _needs_native("partitions_for_keys")
+    from kstore import native
+    starts, lengths = np.array([0], dtype=np.int64), np.array([4], dtype=np.int64)
+    assert native.codec.partitions_for_keys(b"abcd", starts, lengths, 0) is None   # no partitions
+    assert native.codec.partitions_for_keys(b"abc", starts, lengths, 3) is None    # past the end
+
+
+def test_sink_routing_is_kafkas_partitioner(either_codec):
     from kstore.partitioner import partition_for_key
     from kstore.spark.encode import BinaryColumn
     from kstore.spark.writer import KStoreSinkError, Router

@@ -277,8 +277,9 @@ def test_the_local_sessions_jvm_runs_with_the_quick_start_flags(spark):
     assert "-XX:TieredStopAtLevel=1" in arguments and "-XX:+UseSerialGC" in arguments, arguments
 
 
-@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix domain sockets "
-                    "on this platform: spark_session leaves Spark's TCP default")
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX") or not os.path.isdir("/proc/self/fd"),
+                    reason="no Unix domain sockets (spark_session then leaves Spark's TCP default) "
+                           "or no /proc to list a worker's sockets on this platform")
 def test_python_workers_reach_their_executor_over_a_unix_domain_socket(spark):
     """spark_session turns on spark.python.unix.domain.socket.enabled: over loopback TCP every
     task of a Python data source waited ~40 ms for the JVM's first message (the reason is in

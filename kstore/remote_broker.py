@@ -289,20 +289,47 @@ class RemoteBroker:
                 timeout_ms: int | None = None, transactional_id: str | None = None) -> ProduceAck:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
         timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
-        body = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
-                "topic_data": [{"name": topic, "partition_data": [{"index": partition,
-                                                                    "records": records}]}]}
+        body = _produce_body([(topic, partition, records)], acks, timeout_ms, transactional_id)
 
         def send(leader):
             response = self.request("Produce", body, leader, expect_response=acks != 0)
-            if response is None:   # acks=0: the broker does not answer, the offset is unknown
-                return ProduceAck(-1, -1)
-            part = response["responses"][0]["partition_responses"][0]
-            if part["error_code"]:
-                raise error_for_code(part["error_code"], part["error_message"]
-                                     or f"produce to {topic}-{partition}")
-            return ProduceAck(part["base_offset"], part["log_append_time_ms"])
+            return _produce_acks(response, [(topic, partition)])[(topic, partition)]
         return self._to_leader(topic, partition, send)
+
+    def produce_many(self, batches: list[tuple[str, int, bytes]], acks=-1,
+                     timeout_ms: int | None = None, transactional_id: str | None = None
+                     ) -> dict[tuple[str, int], ProduceAck]:
+        """`produce` of one batch for each of several partitions, in one Produce request per
+        leader, as Kafka's Sender puts every ready batch for a broker into one request. A
+        partition whose leader moved (or a leader that cannot be reached) goes again on its own
+        through `produce`, which retries after a metadata refresh; any other error raises."""
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
+        timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
+        if len({(t, p) for t, p, _ in batches}) != len(batches):
+            raise ValueError("a Produce request carries one batch per partition")
+        by_leader: dict[int, list[tuple[str, int, bytes]]] = {}
+        for topic, partition, records in batches:
+            by_leader.setdefault(self._leader(topic, partition), []).append(
+                (topic, partition, records))
+        answers: dict[tuple[str, int], ProduceAck] = {}
+        moved: list[tuple[str, int]] = []
+        for leader, group in by_leader.items():
+            try:
+                response = self.request("Produce", _produce_body(group, acks, timeout_ms,
+                                                                 transactional_id),
+                                        leader, expect_response=acks != 0)
+                answers.update(_produce_acks(response, [(t, p) for t, p, _ in group], moved))
+            except KStoreError as e:
+                if getattr(e, "error_code", None) not in LEADER_MOVED:
+                    raise
+                moved += [(t, p) for t, p, _ in group]
+        if moved:
+            self._metadata(sorted({t for t, _ in moved}))   # where the leaders are now
+        for topic, partition, records in batches:   # the same bytes again, sequence included
+            if (topic, partition) in moved:
+                answers[(topic, partition)] = self.produce(topic, partition, records, acks,
+                                                           timeout_ms, transactional_id)
+        return answers
 
     def allocate_producer_id(self) -> int:
         """A producer id for an idempotent producer (InitProducerId, epoch 0), from any broker."""
@@ -424,3 +451,34 @@ class RemoteGroupCoordinator:
             names.update(g["group_id"] for g in response["groups"])
         return sorted(names)
 
+
+def _produce_body(batches, acks: int, timeout_ms: int, transactional_id: str | None) -> dict:
+    """A ProduceRequest with one batch for each (topic, partition, records), grouped by topic."""
+    by_topic: dict[str, list[dict]] = {}
+    for topic, partition, records in batches:
+        by_topic.setdefault(topic, []).append({"index": partition, "records": records})
+    return {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()]}
+
+
+def _produce_acks(response: dict | None, tps: list[tuple[str, int]],
+                  moved: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], ProduceAck]:
+    """Each partition's ProduceAck from a ProduceResponse (acks=0: none came, offsets unknown).
+    An error raises, except a moved leader's where `moved` collects the partition instead."""
+    if response is None:
+        return {tp: ProduceAck(-1, -1) for tp in tps}
+    found = {(r["name"], part["index"]): part for r in response["responses"]
+             for part in r["partition_responses"]}
+    acks = {}
+    for topic, partition in tps:
+        part = found.get((topic, partition))
+        if part is None:
+            raise KStoreError(f"the Produce response has no answer for {topic}-{partition}")
+        if part["error_code"]:
+            if moved is not None and part["error_code"] in LEADER_MOVED:
+                moved.append((topic, partition))
+                continue
+            raise error_for_code(part["error_code"], part["error_message"]
+                                 or f"produce to {topic}-{partition}")
+        acks[(topic, partition)] = ProduceAck(part["base_offset"], part["log_append_time_ms"])
+    return acks

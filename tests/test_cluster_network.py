@@ -194,3 +194,60 @@ def test_the_cli_tools_work_against_the_cluster_through_one_bootstrap_broker(clu
     lags = [line.split() for line in described if line.startswith("g ")]
     assert len(lags) == 3 and all(row[3] == row[4] and row[5] == "0" for row in lags)
     assert kstore("consumer-groups", "--bootstrap-server", bootstrap, "--list").split() == ["g"]
+
+
+def test_produce_many_sends_one_request_per_leader_and_follows_a_moved_leader(cluster):
+    """`RemoteBroker.produce_many`, what the Spark sink's tasks send with: the batches of several
+    partitions go in one Produce request per leader. A partition whose cached leader is stale
+    is answered NOT_LEADER_OR_FOLLOWER by the broker it reached, and goes again, alone, to its
+    leader after a metadata refresh; the other partitions are not sent twice."""
+    from kstore.errors import KStoreError
+    from kstore.records import Record, build_batch
+    from kstore.remote_broker import RemoteBroker
+    _tmp, nodes = cluster
+    client = RemoteBroker(f"127.0.0.1:{nodes[0].port}", timeout_s=15)
+    try:
+        client.create_topic("multi", 6, 3, {})
+        leaders = wait_for(lambda: (lambda t: {p["partition_index"]: p["leader_id"]
+                                               for p in t["partitions"]}
+                                    if all(p["leader_id"] >= 0 for p in t["partitions"]) else None
+                                    )(client._topic_metadata("multi")), 30, "leaders")
+        assert len(set(leaders.values())) > 1                   # more than one leader to group by
+
+        def every_leader_has_its_partition():
+            try:
+                return all(client.fetch("multi", p, 0) is not None for p in range(6))
+            except KStoreError:                                 # not opened by its leader yet
+                return False
+        wait_for(every_leader_has_its_partition, 30, "the leaders to open their partitions")
+        client._leaders[("multi", 0)] = next(b for b in range(3) if b != leaders[0])   # stale
+        sent = []
+        request = client.request
+
+        def counted(api, body, node=None, expect_response=True):
+            if api == "Produce":
+                sent.append((node, sorted(p["index"] for t in body["topic_data"]
+                                          for p in t["partition_data"])))
+            return request(api, body, node, expect_response)
+        client.request = counted
+        batches = [("multi", p, build_batch([Record(None, b"v%d" % p, 1_700_000_000_000)]))
+                   for p in range(6)]
+        acks = client.produce_many(batches)
+        assert sorted(acks) == [("multi", p) for p in range(6)]
+        assert all(a.first_offset == 0 for a in acks.values())
+        stale_leader = next(b for b in range(3) if b != leaders[0])
+        cached = {leaders[p] for p in range(1, 6)} | {stale_leader}
+        assert len(sent) == len(cached) + 1                     # one request per leader, + 1
+        grouped = dict(sent[:-1])
+        for node in cached:
+            assert grouped[node] == sorted([p for p in range(1, 6) if leaders[p] == node]
+                                           + ([0] if node == stale_leader else []))
+        assert sent[-1] == (leaders[0], [0])                    # partition 0 again, alone
+        client.request = request
+        for p in range(6):
+            assert [r.value for b in client.fetch("multi", p, 0).data.batches()
+                    for r in b.records()] == [b"v%d" % p]
+        with pytest.raises(ValueError, match="one batch per partition"):
+            client.produce_many(batches[:1] * 2)
+    finally:
+        client.close()

@@ -4,7 +4,8 @@ mode, what Spark's Kafka sink does) or stage them for the driver's commit (a log
 no broker serves).
 
 Routing is Kafka's producer's: an explicit `partition` column wins; otherwise a key goes to
-murmur2(key) mod partitions (computed once per distinct key of an Arrow batch, not per row); and
+murmur2(key) mod partitions (in C for a whole column where the native codec is built, otherwise
+once per distinct key of an Arrow batch); and
 keyless records stick to one partition until about batch.size (16 KiB) went there, then move to
 another at random (Kafka's BuiltInPartitioner).
 
@@ -13,8 +14,9 @@ asks the coordinator for its producer id and epoch (InitProducerId); every batch
 them and a sequence number per partition (the partition's records counted from 0). It sends every batch to
 its partition's leader (`RemoteBroker` routes by Metadata and follows a moved leader), ONE batch
 per partition per Produce request — Kafka's brokers refuse a request carrying several batches for
-one partition — with acks=all, and waits for each answer before the next (max.in.flight = 1, so
-batches of a partition land in order).
+one partition — but the batches of several partitions in one request per leader, as Kafka's
+Sender groups them; with acks=all, and it waits for each answer before the next (max.in.flight =
+1, so batches of a partition land in order).
 
 Delivery guarantee, precisely (exactly once for read_committed readers, through transactions):
 
@@ -175,7 +177,8 @@ def encoded_runs(rb: pa.RecordBatch, router: Router, compression: Compression, t
 
 
 class TaskProducer:
-    """One write task's producer: Produce requests to each partition's leader, one batch each,
+    """One write task's producer: Produce requests to each partition's leader, one batch per
+    partition in each (several partitions per request),
     every batch stamped with the producer id and the partition's next sequence. With a
     transactional id, its batches belong to one transaction, which someone ends (`txn`)."""
 
@@ -215,14 +218,19 @@ class TaskProducer:
         return stamp
 
     def send(self, topic: str, partition: int, batch: bytes, count: int) -> None:
+        self.send_all([(topic, partition, batch, count)])
+
+    def send_all(self, batches: list[tuple[str, int, bytes, int]]) -> None:
+        """Send one batch for each of several partitions: one Produce request per leader."""
         tid = None
         if self.txn is not None:
-            self.txn.add_partitions([(topic, partition)])    # once per partition
+            self.txn.add_partitions([(t, p) for t, p, _b, _n in batches])   # once per partition
             tid = self.txn.transactional_id
-        # on a lost answer RemoteBroker sends these same bytes again, sequence included
-        self.client.produce(topic, partition, batch, acks=-1, timeout_ms=self.timeout_ms,
-                            transactional_id=tid)
-        self.sent[(topic, partition)] = self.sent.get((topic, partition), 0) + count
+        # on a lost answer RemoteBroker sends these same bytes again, sequences included
+        self.client.produce_many([(t, p, b) for t, p, b, _n in batches], acks=-1,
+                                 timeout_ms=self.timeout_ms, transactional_id=tid)
+        for topic, partition, _b, count in batches:
+            self.sent[(topic, partition)] = self.sent.get((topic, partition), 0) + count
 
     def close(self) -> None:
         self.client.close()
@@ -230,14 +238,23 @@ class TaskProducer:
 
 def produce_task(batches, topic: str | None, producer: TaskProducer, compression: Compression,
                  describe: str) -> int:
-    """Produce every row of a task's Arrow batches; returns the number of rows."""
+    """Produce every row of a task's Arrow batches; returns the number of rows. The encoded
+    batches go out in rounds of at most one per partition (a Produce request holds one batch per
+    partition), each round in one request per leader, each partition's batches in the order
+    they were stamped with their sequences."""
     router = None
     rows = 0
     now = int(time.time() * 1000)
+    round_: list[tuple[str, int, bytes, int]] = []
     for rb in batches:
         if router is None:
             router = Router(topic, producer.partition_counts(), describe)
         for t, p, data, count in encoded_runs(rb, router, compression, now, producer):
-            producer.send(t, p, data, count)
+            if any(t == q[0] and p == q[1] for q in round_):
+                producer.send_all(round_)
+                round_ = []
+            round_.append((t, p, data, count))
         rows += rb.num_rows
+    if round_:
+        producer.send_all(round_)
     return rows

@@ -64,6 +64,8 @@ from ..records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, increment_sequence
 from ..partitioner import BuiltInPartitioner, partition_for_key
 from .encode import BinaryColumn, encode_batches, no_producer
 
+MAX_REQUEST_SIZE = 1048576   # the producer's max.request.size (Kafka's default): bytes per request
+
 ROUTED_COLUMNS = ("key", "value", "topic", "partition", "headers")
 
 
@@ -240,20 +242,23 @@ def produce_task(batches, topic: str | None, producer: TaskProducer, compression
                  describe: str) -> int:
     """Produce every row of a task's Arrow batches; returns the number of rows. The encoded
     batches go out in rounds of at most one per partition (a Produce request holds one batch per
-    partition), each round in one request per leader, each partition's batches in the order
-    they were stamped with their sequences."""
+    partition) and of at most max.request.size bytes, each round in one request per leader,
+    each partition's batches in the order they were stamped with their sequences."""
     router = None
     rows = 0
     now = int(time.time() * 1000)
     round_: list[tuple[str, int, bytes, int]] = []
+    round_bytes = 0
     for rb in batches:
         if router is None:
             router = Router(topic, producer.partition_counts(), describe)
         for t, p, data, count in encoded_runs(rb, router, compression, now, producer):
-            if any(t == q[0] and p == q[1] for q in round_):
+            if round_ and (round_bytes + len(data) > MAX_REQUEST_SIZE
+                           or any(t == q[0] and p == q[1] for q in round_)):
                 producer.send_all(round_)
-                round_ = []
+                round_, round_bytes = [], 0
             round_.append((t, p, data, count))
+            round_bytes += len(data)
         rows += rb.num_rows
     if round_:
         producer.send_all(round_)

@@ -287,8 +287,7 @@ class RemoteBroker:
 
     def produce(self, topic: str, partition: int, records: bytes, acks=-1,
                 timeout_ms: int | None = None, transactional_id: str | None = None) -> ProduceAck:
-        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
-        timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
+        acks, timeout_ms = self._produce_settings(acks, timeout_ms)
         body = _produce_body([(topic, partition, records)], acks, timeout_ms, transactional_id)
 
         def send(leader):
@@ -303,8 +302,7 @@ class RemoteBroker:
         leader, as Kafka's Sender puts every ready batch for a broker into one request. A
         partition whose leader moved (or a leader that cannot be reached) goes again on its own
         through `produce`, which retries after a metadata refresh; any other error raises."""
-        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
-        timeout_ms = int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
+        acks, timeout_ms = self._produce_settings(acks, timeout_ms)
         if len({(t, p) for t, p, _ in batches}) != len(batches):
             raise ValueError("a Produce request carries one batch per partition")
         by_leader: dict[int, list[tuple[str, int, bytes]]] = {}
@@ -330,6 +328,11 @@ class RemoteBroker:
                 answers[(topic, partition)] = self.produce(topic, partition, records, acks,
                                                            timeout_ms, transactional_id)
         return answers
+
+    def _produce_settings(self, acks, timeout_ms: int | None) -> tuple[int, int]:
+        """acks as Kafka's number ("all" → -1), and this client's timeout where none is given."""
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(acks), acks)
+        return acks, int(self.timeout_s * 1000) if timeout_ms is None else timeout_ms
 
     def allocate_producer_id(self) -> int:
         """A producer id for an idempotent producer (InitProducerId, epoch 0), from any broker."""

@@ -293,8 +293,13 @@ def test_python_workers_reach_their_executor_over_a_unix_domain_socket(spark):
             families = []
             for fd in os.listdir("/proc/self/fd"):
                 try:
-                    sock = socket.socket(fileno=os.dup(int(fd)))
+                    copy = os.dup(int(fd))
                 except OSError:
+                    continue                    # the listing's own descriptor, closed since
+                try:
+                    sock = socket.socket(fileno=copy)
+                except OSError:
+                    os.close(copy)
                     continue                    # not a socket
                 try:
                     sock.getpeername()

@@ -34,8 +34,14 @@ Writes (the sink): the same rows, `key` and `value` read back from the Parquet f
 with `df.write.format("kstore")` — to the log directory with no broker running (tasks stage
 encoded batches under the log dir, the driver appends them at commit), and through `kstore
 serve` (every task a transactional producer to the broker, the driver commits the
-transactions) — and with `df.write.parquet`; timed: the wall time of the whole `save()` job,
-reading the Parquet input included; best of `REPEAT`, rows/s, with the ratio kstore ÷ Parquet.
+transactions), each with `kafka.compression.type` none (the Kafka producer's default) and snappy
+(the codec of Spark's Parquet writer by default) — and with `df.write.parquet`; timed: the wall
+time of the whole `save()` job, reading the Parquet input included; best of `REPEAT`, rows/s,
+with the ratio kstore ÷ Parquet, and the bytes each wrote per row (segment growth; Parquet
+file size). Also timed, once: writing 256 MB of new data to a new file (how fast this machine
+takes bytes into its page cache: on the 2-core VM it is ~400 MB/s once the guest touches memory
+it never used before, which is what a growing page cache does, so every byte a sink writes
+costs ~2.5 ms/MB here).
 Results: bench/results/spark.json and spark.png (left: reads, right: writes).
 """
 
@@ -160,34 +166,73 @@ def write_arrow_files(log_dir: Path, arrow_dir: Path, columns: list[str] | None 
                 writer.write_batch(b)
 
 
+# The codecs the sink is timed with: Kafka's producer default (compression.type=none), and
+# snappy, the codec Spark's Parquet writer uses by default (spark.sql.parquet.compression.codec).
+SINK_CODECS = ("none", "snappy")
+
+
+def _topic_bytes(log_dir: Path, topic: str) -> int:
+    return sum(f.stat().st_size for p in range(PARTITIONS)
+               for f in (log_dir / f"{topic}-{p}").glob("*.log"))
+
+
+def page_cache_write_rate(directory: Path, megabytes: int = 256) -> float:
+    """MB/s of writing `megabytes` of new data to a new file (1 MiB writes, no fsync): how fast
+    this machine takes bytes into its page cache. The file is kept until the writes are timed
+    (deleting it would hand its warm pages to the next writer)."""
+    block = b"x" * common.MB
+    with common.Timer() as t, open(directory / "page-cache-probe", "wb") as f:
+        for _ in range(megabytes):
+            f.write(block)
+    return megabytes / t.seconds
+
+
 def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
-    """Rows/s of the kstore sink (log dir, then through a broker) and of Parquet's writer, all
-    writing the same DataFrame (key, value from the Parquet files)."""
+    """Rows/s of the kstore sink (log dir, then through a broker; with each of SINK_CODECS) and of
+    Parquet's writer, all writing the same DataFrame (key, value from the Parquet files), and the
+    bytes each one wrote per row."""
     from kstore.broker import Broker
     with Broker(str(log_dir)) as broker:
         broker.create_topic("sunk", PARTITIONS)
+    probe_rate = page_cache_write_rate(out_dir.parent)
     rows = lambda: spark.read.parquet(str(parquet_dir)).select("key", "value")  # noqa: E731
-    runs = {"kstore sink, log dir (staged, driver commits)": timed(lambda: rows().write.format("kstore")
-                                          .option("topic", "sunk").mode("append")
-                                          .save(str(log_dir)))}
+    runs, written = {}, {}
+
+    def sink(name: str, codec: str, write) -> None:
+        before = _topic_bytes(log_dir, "sunk")
+        runs[name] = timed(lambda: write(rows().write.format("kstore").option("topic", "sunk")
+                                         .option("kafka.compression.type", codec).mode("append")))
+        written[name] = (_topic_bytes(log_dir, "sunk") - before) / (REPEAT + 1)
+
+    for codec in SINK_CODECS:
+        sink(f"kstore sink, log dir (staged, driver commits), compression {codec}", codec,
+             lambda w: w.save(str(log_dir)))
     server = bench_fetch.kstore_serve(log_dir)
     try:
-        runs["kstore sink, through kstore serve (transactional)"] = timed(
-            lambda: rows().write.format("kstore").option("kafka.bootstrap.servers", f"127.0.0.1:{server.port}")
-            .option("topic", "sunk").mode("append").save())
+        for codec in SINK_CODECS:
+            sink(f"kstore sink, through kstore serve (transactional), compression {codec}", codec,
+                 lambda w: w.option("kafka.bootstrap.servers", f"127.0.0.1:{server.port}").save())
     finally:
         server.stop()
-    runs["parquet"] = timed(lambda: rows().write.mode("overwrite").parquet(str(out_dir)))
+    runs["parquet (snappy, Spark's default)"] = timed(
+        lambda: rows().write.mode("overwrite").parquet(str(out_dir)))
+    written["parquet (snappy, Spark's default)"] = sum(
+        f.stat().st_size for f in out_dir.glob("*.parquet"))
+    (out_dir.parent / "page-cache-probe").unlink()
     for name, r in runs.items():
-        print(f"  write {name:<48}: best {r['best_s']:.2f} s = "
-              f"{common.fmt_rate(r['rows_per_s'])} rows/s")
+        print(f"  write {name:<66}: best {r['best_s']:.2f} s = "
+              f"{common.fmt_rate(r['rows_per_s'])} rows/s, {written[name] / RECORDS:.0f} B/row")
+    print(f"  this machine writes new data into its page cache at {probe_rate:,.0f} MB/s")
     with Broker(str(log_dir)) as broker:          # every write landed, once (markers aside)
-        written = sum(b.records_count for p in range(PARTITIONS)
-                      for b in broker.get_log("sunk", p).batches() if not b.is_control)
-    assert written == RECORDS * (REPEAT + 1) * 2, written
-    parquet = runs["parquet"]["rows_per_s"]
-    return {name: {"rows_per_s": r["rows_per_s"], "seconds": r["seconds"],
-                   "ratio_to_parquet": r["rows_per_s"] / parquet} for name, r in runs.items()}
+        landed = sum(b.records_count for p in range(PARTITIONS)
+                     for b in broker.get_log("sunk", p).batches() if not b.is_control)
+    assert landed == RECORDS * (REPEAT + 1) * 2 * len(SINK_CODECS), landed
+    parquet = runs["parquet (snappy, Spark's default)"]["rows_per_s"]
+    return {"page_cache_write_mb_per_s": probe_rate,
+            "runs": {name: {"rows_per_s": r["rows_per_s"], "seconds": r["seconds"],
+                            "bytes_per_row": written[name] / RECORDS,
+                            "ratio_to_parquet": r["rows_per_s"] / parquet}
+                     for name, r in runs.items()}}
 
 
 def timed(run) -> dict:
@@ -300,7 +345,7 @@ def main() -> dict:
                      "(key, value read from Parquet), best of 3 after a warm-up; ratios are "
                      "kstore / Parquet from the same run"}
     common.write_json("spark", data)
-    plot(results, writes)
+    plot(results, writes["runs"])
     print(summary(data))
     return data
 
@@ -334,12 +379,13 @@ def plot(results: list[dict], writes: dict) -> Path:
         ax = axes[1]
         names = list(writes)
         bars = ax.bar(range(len(names)), [writes[n]["rows_per_s"] / 1e6 for n in names],
-                      color=["C0", "C1", "C2"][:len(names)])
+                      color=[f"C{i}" for i in range(len(names))])
         for bar, n in zip(bars, names):
-            ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x Parquet",
+            ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x\n{writes[n]['bytes_per_row']:.0f} B/row",
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
-                        va="bottom", fontsize=9)
-        ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
+                        va="bottom", fontsize=8)
+        ax.set_xticks(range(len(names)), [n.replace("kstore sink, ", "").replace(" (", "\n(")
+                                          .replace(", ", ",\n") for n in names], fontsize=7)
         ax.set_ylabel("million rows/s: whole save() job wall time, best of 3")
         ax.set_title(f"Writes of {RECORDS:,} rows (key, value) read from Parquet", fontsize=10)
         ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
@@ -357,12 +403,14 @@ def summary(data: dict) -> str:
                       f"{common.fmt_rate(q['python_source_floor_rows_per_s'])} = "
                       f"{q['python_source_floor_rows_per_s'] / q['parquet_rows_per_s']:.2f}x)"
                       for q in data["queries"])
+    runs = data.get("writes", {}).get("runs", {})
     writes = ", ".join(f"{name} {common.fmt_rate(w['rows_per_s'])} rows/s "
-                       f"= {w['ratio_to_parquet']:.2f}x Parquet"
-                       for name, w in data.get("writes", {}).items())
+                       f"= {w['ratio_to_parquet']:.2f}x Parquet ({w['bytes_per_row']:.0f} B/row)"
+                       for name, w in runs.items())
     return (f"reads (target >= 0.5x Parquet): {cells}; decoder alone "
             f"{common.fmt_rate(data['decoder_alone']['rows_per_s'])} rows/s; writes (target >= "
-            f"0.5x Parquet): {writes}")
+            f"0.5x Parquet): {writes}; new data enters this machine's page cache at "
+            f"{data.get('writes', {}).get('page_cache_write_mb_per_s', 0):,.0f} MB/s")
 
 
 if __name__ == "__main__":

@@ -492,6 +492,26 @@ def test_sink_commit_is_exactly_once_per_batch_id_and_resumes_a_half_done_commit
     assert json.loads((d / COMMITS_FILE).read_text())["q1"]["state"] == "committed"
 
 
+def test_sink_commit_deletes_each_staged_file_once_it_is_in_the_log(tmp_path):
+    """A staged file goes as soon as all of it is appended (its pages are not kept beside the
+    log's); a commit resumed after a crash does not need the files already appended."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("out", 2)
+    staged = [_stage(tmp_path, "a", "out", 0, [b"a1", b"a2", b"a3"], 0),
+              _stage(tmp_path, "b", "out", 1, [b"b1", b"b2", b"b3"], 1)]
+    with pytest.raises(_Crash):          # a's two batches are appended, then the commit dies
+        with _CrashingAppender(str(d), 1000, crash_after=2) as app:
+            commit_staged(app, staged, "q1", 0)
+    assert not os.path.exists(staged[0].path) and os.path.exists(staged[1].path)
+    with LogDirAppender(str(d), 1000) as app:
+        commit_staged(app, staged, "q1", 0)
+    assert not os.path.exists(staged[1].path)
+    with Broker(str(d)) as b:
+        assert [r.value for r in b.get_log("out", 0).records()] == [b"a1", b"a2", b"a3"]
+        assert [r.value for r in b.get_log("out", 1).records()] == [b"b1", b"b2", b"b3"]
+
+
 class _CountingAppender(LogDirAppender):
     def __init__(self, *a, limit: int | None = None):
         super().__init__(*a)

@@ -100,6 +100,9 @@ class StagedWrite(WriterCommitMessage):
     task: int = 0
     query_id: str | None = None
 
+    def partitions(self) -> set[tuple[str, int]]:
+        return {(run.topic, run.partition) for run in self.runs}
+
 
 @dataclass
 class ProducedWrite(WriterCommitMessage):
@@ -433,8 +436,11 @@ class _Writer:
                 rows += rb.num_rows
             if f is None:
                 return StagedWrite(None, [], rows, task, query_id)
-            f.flush()
-            os.fsync(f.fileno())
+            # Closed, not fsynced: staged bytes live only until the driver's commit, which reads
+            # them back in the same job (a crash before it makes Spark run the batch again, with
+            # new files) and checks every batch's CRC as it appends (a torn file fails the
+            # commit, never the log). An fsync would write each byte to disk once more, and the
+            # file is usually deleted before the kernel would write it back at all.
             f.close()
         except BaseException:
             if f is not None:
@@ -587,36 +593,13 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
                 f"offset is {ends[tp]}, outside the planned [{start}, {start + count}] (was the "
                 f"partition written by someone else meanwhile?)")
         already[tp] = done
-    for tp in plan:
-        skip = already[tp]
-        for m in staged:
-            runs = [r for r in m.runs if (r.topic, r.partition) == tp]
-            if not runs:
-                continue
-            # Consecutive staged batches go in one append, up to appender.max_append_bytes: the
-            # log takes several batches at once, as Kafka's UnifiedLog.appendAsLeader does (only
-            # a client's Produce request is held to one batch per partition). A crash between
-            # appends leaves the log at a batch boundary, where the resume above picks up.
-            limit = appender.max_append_bytes(tp)
-            pending: list[bytes] = []
-            pending_size = 0
-            with open(m.path, "rb") as f:
-                for run in runs:
-                    for pos, size, n in run.batches:
-                        if skip >= n:
-                            skip -= n
-                            continue
-                        if skip:
-                            raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
-                                                  f"inside a staged batch")
-                        if pending and pending_size + size > limit:
-                            appender.append(tp, b"".join(pending))
-                            pending, pending_size = [], 0
-                        f.seek(pos)
-                        pending.append(f.read(size))
-                        pending_size += size
-            if pending:
-                appender.append(tp, b"".join(pending))
+    # Task by task (each partition's records stay in task order), and each staged file is
+    # deleted as soon as all of it is in the log: its page-cache pages are freed for the log's
+    # next appends instead of the commit holding two copies of the batch in memory.
+    for m in staged:
+        _append_staged_file(appender, m, [tp for tp in plan if tp in m.partitions()], already)
+        with contextlib.suppress(OSError):
+            os.remove(m.path)
     appender.flush()
     if sink_id is not None:
         state = appender.load_state()
@@ -625,6 +608,42 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
                           "time": int(time.time() * 1000)}
         appender.save_state(state)
     return plan
+
+
+def _append_staged_file(appender, m: StagedWrite, tps, skips: dict) -> None:
+    """Append a task's staged runs of partitions `tps`, after skipping `skips[tp]` records of each
+    (already in the log: a resumed commit). Consecutive staged batches go in one append, up to
+    appender.max_append_bytes: the log takes several batches at once, as Kafka's
+    UnifiedLog.appendAsLeader does (only a client's Produce request is held to one batch per
+    partition). A crash between appends leaves the log at a batch boundary, where the resume
+    picks up. The file is opened only if something in it is still to append."""
+    f = None
+    try:
+        for tp in tps:
+            limit = appender.max_append_bytes(tp)
+            pending: list[bytes] = []
+            pending_size = 0
+            for run in (r for r in m.runs if (r.topic, r.partition) == tp):
+                for pos, size, n in run.batches:
+                    if skips[tp] >= n:
+                        skips[tp] -= n
+                        continue
+                    if skips[tp]:
+                        raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
+                                              f"inside a staged batch")
+                    if pending and pending_size + size > limit:
+                        appender.append(tp, b"".join(pending))
+                        pending, pending_size = [], 0
+                    if f is None:
+                        f = open(m.path, "rb")
+                    f.seek(pos)
+                    pending.append(f.read(size))
+                    pending_size += size
+            if pending:
+                appender.append(tp, b"".join(pending))
+    finally:
+        if f is not None:
+            f.close()
 
 
 class _CommitState:

@@ -384,13 +384,19 @@ def plot(results: list[dict], writes: dict) -> Path:
             ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x\n{writes[n]['bytes_per_row']:.0f} B/row",
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         va="bottom", fontsize=8)
-        ax.set_xticks(range(len(names)), [n.replace("kstore sink, ", "").replace(" (", "\n(")
-                                          .replace(", ", ",\n") for n in names], fontsize=7)
+        ax.set_xticks(range(len(names)), [_short_label(n) for n in names], fontsize=8)
         ax.set_ylabel("million rows/s: whole save() job wall time, best of 3")
         ax.set_title(f"Writes of {RECORDS:,} rows (key, value) read from Parquet", fontsize=10)
         ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
 
     return common.plot("spark", draw, ncols=2, width=6.5, height=4.5)
+
+
+def _short_label(name: str) -> str:
+    """A write's bar label: where it wrote, then its codec."""
+    where = ("Parquet" if name.startswith("parquet") else
+             "kstore sink,\nlog dir (staged)" if "log dir" in name else "kstore sink,\nkstore serve")
+    return f"{where}\n{'snappy' if 'snappy' in name else 'no compression'}"
 
 
 def summary(data: dict) -> str:

@@ -512,6 +512,43 @@ def test_sink_commit_deletes_each_staged_file_once_it_is_in_the_log(tmp_path):
         assert [r.value for r in b.get_log("out", 1).records()] == [b"b1", b"b2", b"b3"]
 
 
+def test_a_re_run_batch_routes_keyless_rows_as_the_first_run_did_so_a_resumed_commit_is_exact(
+        tmp_path):
+    """Keyless rows go to partitions in sticky runs of ~batch.size bytes, each run's partition
+    drawn at random (Kafka's BuiltInPartitioner). The staged commit resumes a batch by counting
+    records per partition, so a re-run of the batch (the same task of the same batch id, after
+    the driver died half-way through the commit) must stage the same rows in the same
+    partitions: the draws are seeded by sink, batch id and task."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+    from kstore.spark.sink import KStoreStreamWriter
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("out", 4)
+    values = [b"row-%05d-" % i + b"x" * 90 for i in range(3000)]       # ~20 sticky runs
+    rb = pa.record_batch([pa.array(values, pa.binary())], names=["value"])
+    writer = KStoreStreamWriter({"path": str(d), "topic": "out"},
+                                StructType([StructField("value", BinaryType())]), False)
+
+    def attempt(n: int) -> list[StagedWrite]:
+        return [writer._stage(iter([rb.slice(task * 1500, 1500)]), "7", "q", task, f"{n}-{task}")
+                for task in range(2)]
+
+    first = attempt(0)
+    with pytest.raises(_Crash):                  # the driver dies after 3 of its appends
+        with _CrashingAppender(str(d), 1000, crash_after=3) as app:
+            commit_staged(app, first, "q", 7)
+    again = attempt(1)                           # Spark runs batch 7 again: new staged files
+    assert [[(r.topic, r.partition, r.records) for r in m.runs] for m in again] == \
+        [[(r.topic, r.partition, r.records) for r in m.runs] for m in first]
+    with LogDirAppender(str(d), 1000) as app:
+        commit_staged(app, again, "q", 7)
+    with Broker(str(d)) as b:
+        stored = [r.value for p in range(4) for r in b.get_log("out", p).records()]
+    assert sorted(stored) == sorted(values)
+    other_batch = writer._stage(iter([rb.slice(0, 1500)]), "8", "q", 0, "0-9")
+    assert [r.records for r in other_batch.runs] != [r.records for r in first[0].runs]
+
+
 class _CountingAppender(LogDirAppender):
     def __init__(self, *a, limit: int | None = None):
         super().__init__(*a)

@@ -34,7 +34,9 @@ Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the 
   keeps per query (or `kstore.sinkId`) the last batch id it committed in
   `<log dir>/kstore-spark-sink-commits.json`, under the same lock as the data, with the plan of a
   commit (each partition's log end offset and record count) written before appending, so a commit
-  that died half-way is resumed, not doubled. A batch write (e.g. inside `foreachBatch`) gets the
+  that died half-way is resumed, not doubled (the re-run of the batch stages the same rows in the
+  same partitions: keyless rows' sticky partitions are drawn from a generator seeded by sink,
+  batch id and task, `staging_rng`). A batch write (e.g. inside `foreachBatch`) gets the
   same with `kstore.sinkId` + `kstore.batchId`, like Delta Lake's `txnAppId` / `txnVersion`.
   Staged files that a killed driver left behind are deleted by the next commit once they are
   older than STALE_STAGING_S.
@@ -46,6 +48,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import shutil
 import time
 import uuid
@@ -425,7 +428,10 @@ class _Writer:
                 if router is None:
                     with self.opts.location.open() as backend:
                         router = Router(self.opts.topic, backend.topic_partitions(),
-                                        self.describe)
+                                        self.describe, staging_rng(
+                                            self.opts.sink_id or query_id,
+                                            self.opts.batch_id if self.opts.batch_id is not None
+                                            else batch_id, task))
                 for topic, p, data, count in encoded_runs(rb, router, compression, now):
                     if f is None:
                         os.makedirs(directory, exist_ok=True)
@@ -478,6 +484,14 @@ class _Writer:
             commit_staged(appender, staged, sink_id=sink_id, batch_id=batch_id)
             remove_stale_staging(self.staging_root, keep={self.write_id} | {
                 os.path.basename(os.path.dirname(os.path.dirname(m.path))) for m in staged})
+
+
+def staging_rng(sink_id: str | None, batch_id, task: int) -> random.Random:
+    """The random draws of a staged task's keyless rows (their sticky partitions), seeded by its
+    sink, batch id and task number: a re-run of the batch stages every row in the partition the
+    first run chose, which a commit resumed from per-partition record counts relies on. (Through
+    a broker the draws stay random, as in Kafka's producer: transactions need no such plan.)"""
+    return random.Random(f"kstore-spark-staging/{sink_id}/{batch_id}/{task}")
 
 
 def remove_stale_staging(staging_root: str, keep: set[str], now: float | None = None,

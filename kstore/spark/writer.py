@@ -50,6 +50,7 @@ for read_committed readers, as with Kafka's transactions. Spark's own Kafka sink
 
 from __future__ import annotations
 
+import random
 import time
 
 import numpy as np
@@ -84,9 +85,10 @@ def _binary(array):
 class Router:
     """Where each row of an Arrow batch goes: [(topic, partition, row indices)], rows in order."""
 
-    def __init__(self, topic: str | None, counts: dict[str, int], describe: str):
+    def __init__(self, topic: str | None, counts: dict[str, int], describe: str,
+                 rng: random.Random | None = None):
         self.topic, self.counts, self.describe = topic, counts, describe
-        self.partitioner = BuiltInPartitioner()
+        self.partitioner = BuiltInPartitioner(rng=rng)   # draws the keyless rows' partitions
 
     def route(self, rb: pa.RecordBatch, keys: BinaryColumn, values: BinaryColumn):
         names = rb.schema.names

@@ -737,6 +737,77 @@ def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_c
     assert len(everything) == n + len(written)     # the aborted rows stay in the log
 
 
+def test_a_driver_killed_during_a_staged_commit_then_restarted_stores_every_row_once(tmp_path):
+    """The staged sink (a log directory, no broker): the driver process group is killed with
+    SIGKILL while its commit of a micro-batch is appending (the plan recorded, `pending`). The
+    restarted query runs the batch again; its tasks stage the keyless rows in the partitions the
+    first run drew, and the commit resumes where the log ends. Every row is stored once."""
+    import contextlib
+    import signal
+
+    import psutil
+
+    from kstore.errors import LogError
+    d, ck = tmp_path / "logs", tmp_path / "ck"
+    n = 240_000
+    with Broker(str(d)) as b:
+        b.create_topic("src", 2)
+        # flush.messages=1: every append is fsynced, so a commit lasts long enough to be killed
+        b.create_topic("out", 4, configs={"flush.messages": 1})
+        for p in range(2):
+            for first in range(0, n // 2, 500):
+                b.produce("src", p, build_batch([Record(None, b"%d:%06d:" % (p, j) + b"x" * 80, T0)
+                                                 for j in range(first, first + 500)]))
+    job = [sys.executable, str(Path(__file__).parent / "spark_staged_commit_job.py"), str(d),
+           str(ck), str(n // 3)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+        "PYTHONPATH")])))
+    state_file = d / "kstore-spark-sink-commits.json"
+    log = tmp_path / "first-driver.log"
+    with open(log, "wb") as out:
+        first = subprocess.Popen(job, cwd=ROOT, env=env, start_new_session=True, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    seen = None
+    try:
+        deadline = time.monotonic() + 240
+        while seen is None:                      # a commit of a batch after the first is under way
+            assert first.poll() is None and time.monotonic() < deadline, \
+                log.read_text("utf-8", "replace")[-3000:]
+            try:
+                entry = next(iter(json.loads(state_file.read_text()).values()))
+                if entry["state"] == "pending" and entry["batch_id"] >= 1:
+                    seen = entry
+            except (FileNotFoundError, ValueError, StopIteration):
+                pass
+            time.sleep(0.002)
+    finally:
+        # the driver, its JVM and every Python worker (PySpark's daemon puts its workers in a
+        # process group of their own: killing the driver's group alone lets the commit finish)
+        tree = [first] + psutil.Process(first.pid).children(recursive=True)
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGKILL)
+        first.wait(30)
+    deadline = time.monotonic() + 30
+    while True:                                  # the killed worker lets go of the .lock
+        try:
+            with Broker(str(d)) as b:
+                ends = [b.get_log("out", p).log_end_offset for p in range(4)]
+            break
+        except LogError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    after = next(iter(json.loads(state_file.read_text()).values()))
+    assert (after["batch_id"], after["state"]) == (seen["batch_id"], "pending")   # killed mid-commit
+    assert sum(ends) <= sum(start + count for start, count in seen["plan"].values())
+    second = subprocess.run(job, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "done" in second.stdout, second.stdout[-3000:] + second.stderr[-3000:]
+    with Broker(str(d)) as b:
+        stored = [r.value for p in range(4) for r in b.get_log("out", p).records()]
+    assert len(stored) == n and sorted(stored) == sorted(
+        b"%d:%06d:" % (p, j) + b"x" * 80 for p in range(2) for j in range(n // 2))
+
+
 def test_a_driver_killed_mid_batch_then_restarted_stores_every_row_once_for_read_committed(
         served, tmp_path):
     """A driver process killed with SIGKILL while its micro-batch is being written (one task

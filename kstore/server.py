@@ -507,45 +507,55 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
 
     async def _send_buffers(self, conn: socket.socket, buffers: list, flags: int) -> None:
         """Gathering writes until every buffer is sent (usually the first takes them all)."""
-        while True:
-            try:
-                n = conn.sendmsg(buffers, (), flags)
-            except (BlockingIOError, InterruptedError):
-                await self._writable(conn)
-                continue
-            if n == sum(map(len, buffers)):
-                return
-            buffers = _unsent(buffers, n)
+        left = [buffers]
 
-    async def _writable(self, conn: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        loop.add_writer(conn.fileno(), lambda: fut.done() or fut.set_result(None))
-        try:
-            await fut
-        finally:
-            loop.remove_writer(conn.fileno())
+        def step() -> bool:
+            n = conn.sendmsg(left[0], (), flags)
+            if n == sum(map(len, left[0])):
+                return True
+            left[0] = _unsent(left[0], n)
+            return False
+        await self._until_sent(conn, step)
 
     async def _sendfile(self, conn: socket.socket, piece: FileSlice) -> None:
         """Page cache → socket with os.sendfile (Kafka's FileChannel.transferTo)."""
-        sent = 0
-        while sent < piece.size:
-            try:
-                n = os.sendfile(conn.fileno(), piece.file.fd, piece.position + sent, piece.size - sent)
-            except BlockingIOError:
-                n = -1
-            except OSError as e:
-                if e.errno == errno.EAGAIN:
-                    n = -1
-                else:
-                    raise
+        out, fd = conn.fileno(), piece.file.fd
+        sent = [0]
+
+        def step() -> bool:
+            n = os.sendfile(out, fd, piece.position + sent[0], piece.size - sent[0])
             if n == 0:
                 raise ConnectionError("the segment file is shorter than the slice being sent")
-            if n < 0:
-                await self._writable(conn)
-                continue
-            sent += n
-        self.stats.bytes_sent_sendfile += sent
+            sent[0] += n
+            return sent[0] == piece.size
+        await self._until_sent(conn, step)
+        self.stats.bytes_sent_sendfile += sent[0]
+
+    async def _until_sent(self, conn: socket.socket, step) -> None:
+        """Call `step()` (one non-blocking send; True once everything is sent) until it is done.
+        While the socket buffer is full (a big response over Kafka's 100 KB
+        socket.send.buffer.bytes takes several rounds), the event loop calls it straight from
+        its writability callback: one sendfile/sendmsg per wakeup, with no epoll registration,
+        future and coroutine switch per round (that cost ~6 % of the 1 MiB Fetch rate)."""
+        if _try_step(step):
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def on_writable() -> None:
+            try:
+                finished = _try_step(step)
+            except Exception as e:   # a reset connection...: raised in the waiting coroutine
+                if not done.done():
+                    done.set_exception(e)
+                return
+            if finished and not done.done():
+                done.set_result(None)
+        loop.add_writer(conn.fileno(), on_writable)
+        try:
+            await done
+        finally:
+            loop.remove_writer(conn.fileno())
 
     async def _sendfile_plugged(self, conn: socket.socket, piece: FileSlice) -> None:
         """The slice sent by a plugged-in `fetch_sender` (a learner's code, which expects a plain
@@ -937,6 +947,16 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
                 parts.append(entry)
             topics.append({"topic": topic["topic"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _try_step(step) -> bool:
+    """Run one send step until it would block: True when everything is sent."""
+    while True:
+        try:
+            if step():
+                return True
+        except (BlockingIOError, InterruptedError):
+            return False
 
 
 def _unsent(buffers: list, sent: int) -> list[memoryview]:

@@ -543,13 +543,14 @@ class KafkaServer(AdminApis, AdminChangeApis, GroupApis, TransactionApis):
         done = loop.create_future()
 
         def on_writable() -> None:
+            if done.done():          # finished: never send again before the writer is removed
+                return
             try:
                 finished = _try_step(step)
             except Exception as e:   # a reset connection...: raised in the waiting coroutine
-                if not done.done():
-                    done.set_exception(e)
+                done.set_exception(e)
                 return
-            if finished and not done.done():
+            if finished:
                 done.set_result(None)
         loop.add_writer(conn.fileno(), on_writable)
         try:

@@ -611,7 +611,8 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
     # deleted as soon as all of it is in the log: its page-cache pages are freed for the log's
     # next appends instead of the commit holding two copies of the batch in memory.
     for m in staged:
-        _append_staged_file(appender, m, [tp for tp in plan if tp in m.partitions()], already)
+        staged_here = m.partitions()
+        _append_staged_file(appender, m, [tp for tp in plan if tp in staged_here], already)
         with contextlib.suppress(OSError):
             os.remove(m.path)
     appender.flush()

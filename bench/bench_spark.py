@@ -39,9 +39,9 @@ transactions), each with `kafka.compression.type` none (the Kafka producer's def
 time of the whole `save()` job, reading the Parquet input included; best of `REPEAT`, rows/s,
 with the ratio kstore ÷ Parquet, and the bytes each wrote per row (segment growth; Parquet
 file size). Also timed, once: writing 256 MB of new data to a new file (how fast this machine
-takes bytes into its page cache: on the 2-core VM it is ~400 MB/s once the guest touches memory
-it never used before, which is what a growing page cache does, so every byte a sink writes
-costs ~2.5 ms/MB here).
+takes bytes into its page cache: on the 2-core VM 400-550 MB/s when the page cache grows into
+memory the guest never touched before, each such page costing a hypervisor fault, and several
+GB/s when earlier work freed memory it had touched).
 Results: bench/results/spark.json and spark.png (left: reads, right: writes).
 """
 

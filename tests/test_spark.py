@@ -738,8 +738,9 @@ def test_a_task_failing_mid_batch_then_a_restart_store_every_row_once_for_read_c
 
 
 def test_a_driver_killed_during_a_staged_commit_then_restarted_stores_every_row_once(tmp_path):
-    """The staged sink (a log directory, no broker): the driver process group is killed with
-    SIGKILL while its commit of a micro-batch is appending (the plan recorded, `pending`). The
+    """The staged sink (a log directory, no broker): the driver, its JVM and its Python workers
+    are killed with SIGKILL while its commit of a micro-batch is appending (the plan recorded,
+    `pending`). The
     restarted query runs the batch again; its tasks stage the keyless rows in the partitions the
     first run drew, and the commit resumes where the log ends. Every row is stored once."""
     import contextlib
@@ -747,7 +748,7 @@ def test_a_driver_killed_during_a_staged_commit_then_restarted_stores_every_row_
 
     import psutil
 
-    from kstore.errors import LogError
+    from kstore.spark.sink import LogDirAppender
     d, ck = tmp_path / "logs", tmp_path / "ck"
     n = 240_000
     with Broker(str(d)) as b:
@@ -788,15 +789,8 @@ def test_a_driver_killed_during_a_staged_commit_then_restarted_stores_every_row_
             with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGKILL)
         first.wait(30)
-    deadline = time.monotonic() + 30
-    while True:                                  # the killed worker lets go of the .lock
-        try:
-            with Broker(str(d)) as b:
-                ends = [b.get_log("out", p).log_end_offset for p in range(4)]
-            break
-        except LogError:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    with LogDirAppender(str(d), 30_000) as app:  # waits until the killed worker's .lock is gone
+        ends = list(app.log_end_offsets([("out", p) for p in range(4)]).values())
     after = next(iter(json.loads(state_file.read_text()).values()))
     assert (after["batch_id"], after["state"]) == (seen["batch_id"], "pending")   # killed mid-commit
     assert sum(ends) <= sum(start + count for start, count in seen["plan"].values())

@@ -431,6 +431,14 @@ def test_options_are_case_insensitive_and_parse_kafkas_json():
         parse_sink_options({"path": "/x", "topic": "t", "colour": "red"})
 
 
+@pytest.mark.parametrize("option", ["kafka.compression.type", "kstore.compression"])
+def test_an_unknown_codec_is_refused_naming_the_option_given(option):
+    with pytest.raises(KStoreOptionError, match=f"^option '{option}': unknown compression type "
+                                                f"'brotli'; expected one of"):
+        parse_sink_options({"path": "/x", "topic": "t", option: "brotli"})
+    assert parse_sink_options({"path": "/x", "topic": "t", option: "LZ4"}).compression == "lz4"
+
+
 # ---- the sink's commit ---------------------------------------------------------------------
 
 def _stage(tmp_path, name, topic, partition, values, task=0) -> StagedWrite:

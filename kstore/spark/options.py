@@ -434,13 +434,14 @@ def parse_sink_options(options: dict) -> SinkOptions:
             validate_topic_name(str(topic))
         except KStoreError as e:
             raise KStoreOptionError(f"option 'topic': {e}") from None
-    compression = str(options.get("kstore.compression",
-                                  options.get("kafka.compression.type", "none"))).lower()
+    compression_option = ("kstore.compression" if "kstore.compression" in options
+                          else "kafka.compression.type")
+    compression = str(options.get(compression_option, "none")).lower()
     from ..compression import Compression
     try:
         Compression.from_name(compression)
     except ValueError as e:
-        raise KStoreOptionError(f"option 'kstore.compression': {e}") from None
+        raise KStoreOptionError(f"option '{compression_option}': {e}") from None
     batch_id = options.get("kstore.batchId")
     if batch_id is not None:
         try:

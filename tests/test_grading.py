@@ -711,6 +711,50 @@ def test_the_wire_carries_plain_data_only():
     assert a != b and a != 1 and a.x == 1
 
 
+def test_a_repository_cloned_under_tmp_still_gives_the_learner_a_private_scratch(tmp_path):
+    """A course cloned under /tmp (a path the learner needs, so /tmp cannot be covered by a private
+    tmpfs): every grading crashed with exit code 70 before, the scratch directory not creatable on
+    the read-only root. Now /tmp is read-only for the learner and the scratch is a tmpfs of its
+    own, reachable although pytest's directories are closed to other users."""
+    from kstore.grading.remote import LearnerDied, Options, RemoteLearner, can_confine
+    import tempfile
+    clone = Path(tempfile.mkdtemp(prefix="kstore-clone-", dir="/tmp"))   # a repository under /tmp
+    clone.chmod(0o755)
+    (clone / "solutions").mkdir()
+    (clone / "solutions" / "secret.py").write_text("answer = 42\n")
+    # the scratch below pytest's own directory, which other users cannot enter
+    assert str(tmp_path).startswith("/tmp/") and not os.stat(tmp_path.parent.parent).st_mode & 0o001
+    cells = [(0, None, "import os\n"
+                       "def scratch_works():\n"
+                       "    with open('mine.txt', 'w') as f:\n        f.write('x')\n"
+                       "    return open('mine.txt').read(), os.getcwd()\n"
+                       "def writes_tmp():\n"
+                       "    try:\n        open('/tmp/kstore-learner-was-here', 'w').close()\n"
+                       "    except OSError as e:\n        return e.strerror\n"
+                       "    return 'wrote'\n"
+                       "def sees_solutions(path):\n    try:\n        return os.listdir(path)\n"
+                       "    except OSError as e:\n        return e.strerror\n")]
+    scratch = tmp_path / "scratch"
+    remote = RemoteLearner(cells, Options(scratch=str(scratch), hide=[str(clone / "solutions")],
+                                          keep=[str(clone), str(ROOT), sys.prefix, sys.base_prefix]))
+    try:
+        remote.start()
+    except LearnerDied as e:
+        pytest.fail(f"the learner's process did not start: {e}")
+    try:
+        assert remote.call("ex01.1", "scratch_works", (), {}) == ("x", str(scratch))
+        if can_confine():
+            assert any(n.startswith("read-only /tmp") for n in remote.report["enforced"])
+            assert remote.call("ex01.1", "writes_tmp", (), {}) == "Read-only file system"
+            assert remote.call("ex01.1", "sees_solutions", (str(clone / "solutions"),), {}) == \
+                "Permission denied"                          # hidden: an empty tmpfs, mode 000
+            assert not (scratch / "mine.txt").exists()       # the scratch was the learner's own
+    finally:
+        remote.close()
+        shutil.rmtree(clone)
+    assert not os.path.exists("/tmp/kstore-learner-was-here")
+
+
 def test_the_learner_process_sees_stand_ins_and_answers_with_plain_data(tmp_path):
     """A learner process on its own: what crosses, what does not, what a crash looks like."""
     from types import SimpleNamespace

@@ -13,7 +13,8 @@ of new mount, PID, network and IPC namespaces (`unshare`), and before any learne
 
 * lays empty read-only file systems over the repository's `solutions/`, `tests/` and `.git` and
   over the grading session's directory, and private size-limited ones over `/tmp`, `/var/tmp`,
-  `/dev/shm` (the scratch directory lives there);
+  `/dev/shm` (the scratch directory lives there; one that holds the course itself, a clone under
+  `/tmp`, is made read-only instead, with a private file system over the scratch directory);
 * makes the root file system read-only;
 * forks the learner's process, which drops to the `nobody` user and sets resource limits (memory,
   file size, processes, open files, no core dumps);
@@ -59,9 +60,14 @@ def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
-def confine_files(hide: list[str], keep: list[str], tmpfs_mb: int) -> tuple[list[str], list[str]]:
+def confine_files(hide: list[str], keep: list[str], tmpfs_mb: int,
+                  scratch: str | None = None) -> tuple[list[str], list[str]]:
     """In a fresh mount namespace: hide `hide`, private tmpfs over the shared writable places, root
-    read-only. Returns (what was done, what failed)."""
+    read-only. Returns (what was done, what failed).
+
+    A shared place that holds a path the learner needs (`keep`: a repository cloned under /tmp,
+    say) cannot be covered: it is made read-only instead, and the scratch directory inside it gets
+    a private tmpfs of its own, so the learner still has somewhere to write and nowhere else."""
     libc = _libc()
     done, failed = [], []
     try:
@@ -80,7 +86,11 @@ def confine_files(hide: list[str], keep: list[str], tmpfs_mb: int) -> tuple[list
         except OSError as e:
             failed.append(f"could not hide {path} ({e.strerror})")
     for path in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
-        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
+        if not os.path.isdir(path):
+            continue
+        held = [k for k in keep if k == path or k.startswith(path + "/")]
+        if held:
+            _private_scratch_in_kept(libc, path, held[0], scratch, tmpfs_mb, done, failed)
             continue
         try:
             _mount(libc, "none", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
@@ -99,6 +109,29 @@ def confine_files(hide: list[str], keep: list[str], tmpfs_mb: int) -> tuple[list
     except OSError as e:
         failed.append(f"could not make / read-only ({e.strerror})")
     return done, failed
+
+
+def _private_scratch_in_kept(libc, path: str, held: str, scratch: str | None, tmpfs_mb: int,
+                             done: list[str], failed: list[str]) -> None:
+    """`path` (/tmp, ...) holds `held`, which the learner needs: read-only for the learner, with a
+    private tmpfs over the scratch directory when it lies inside."""
+    inside = scratch is not None and os.path.abspath(scratch).startswith(path + "/")
+    try:
+        if inside:
+            os.makedirs(scratch, exist_ok=True)          # while it can still be created
+        _mount(libc, path, path, None, MS_BIND | MS_REC, None)
+        _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        done.append(f"read-only {path} (it holds {held})")
+    except OSError as e:
+        failed.append(f"could not make {path} read-only ({e.strerror}); it holds {held}")
+        return
+    if inside:
+        try:
+            _mount(libc, "none", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=755")
+            done.append(f"private {scratch} ({tmpfs_mb} MB)")
+            _expose(libc, scratch)         # under a directory closed to others (pytest's, say)
+        except OSError as e:
+            failed.append(f"could not make {scratch} private ({e.strerror})")
 
 
 def _expose(libc, path: str) -> bool:
@@ -545,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     report: dict = {"enforced": [], "not_enforced": []}
     if args.confine:
-        done, failed = confine_files(args.hide, args.keep, args.tmpfs_mb)
+        done, failed = confine_files(args.hide, args.keep, args.tmpfs_mb, args.scratch)
         report["enforced"] += ["own mount, PID, network and IPC namespaces"] + done
         report["not_enforced"] += failed
     else:

@@ -256,6 +256,104 @@ def test_native_record_fields_at_every_record_boundary(key, value):
             assert not (answered and i == len(zz) - 1 and change == -1)
 
 
+# ---- take_batches: many batches of a read buffer queued in one call -----------------------------
+
+_chunk_batches = st.lists(st.tuples(
+    st.sampled_from(["plain", "plain", "plain", "gzip", "marker", "log-append-time"]),
+    st.lists(st.tuples(st.none() | st.binary(max_size=8),
+                       st.none() | st.binary(max_size=12) | st.binary(min_size=130, max_size=200)),
+             min_size=1, max_size=6)), min_size=1, max_size=8)
+
+
+def _chunk(batches) -> tuple[bytes, list[int]]:
+    """Batches back to back, as a segment read gives them: (buffer, position of each batch)."""
+    from kstore.records import TimestampType
+    buf, positions, offset = bytearray(), [], 0
+    for kind, rows in batches:
+        positions.append(len(buf))
+        if kind == "marker":
+            data = build_control_batch(ControlRecordType.ABORT, base_offset=offset, timestamp=T0,
+                                       producer_id=3, producer_epoch=0)
+            offset += 1
+        else:
+            data = build_batch([Record(k, v, T0 + i) for i, (k, v) in enumerate(rows)],
+                               base_offset=offset,
+                               compression=Compression.GZIP if kind == "gzip" else Compression.NONE,
+                               timestamp_type=(TimestampType.LOG_APPEND_TIME
+                                               if kind == "log-append-time" else
+                                               TimestampType.CREATE_TIME), max_timestamp=T0 + 99)
+            offset += len(rows)
+        buf += data
+    return bytes(buf), positions
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=_chunk_batches, bounds=st.tuples(st.integers(0, 30), st.integers(0, 40)),
+       first=st.integers(0, 3), max_records=st.integers(1, 20), check_crcs=st.booleans(),
+       flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2))
+def test_native_take_batches_equals_the_python_reference(batches, bounds, first, max_records,
+                                                         check_crcs, flips):
+    """`take_batches` in kstore/_codec.c against the Python reference in kstore/spark/decode.py:
+    the same batches taken (the same index to go on from, the same meta and record lengths) on
+    plain, compressed, marker and log-append-time batches, bounds cutting through them, a limit
+    of records, and bytes flipped anywhere (a bad CRC, length, magic or record)."""
+    from kstore import native
+    from kstore.records import crc32c
+    from kstore.spark.decode import take_batches
+    if getattr(native.codec, "take_batches", None) is None:
+        pytest.skip("the native codec is not built: `pip install -e .` with a C compiler")
+    buf, positions = _chunk(batches)
+    buf = bytearray(buf)
+    for where, byte in flips:
+        buf[where % len(buf)] = byte
+    at = np.array(positions, dtype=np.int64)
+    first = min(first, len(positions))
+    args = (bytes(buf), at, first, min(bounds), max(bounds), check_crcs, crc32c, max_records)
+    assert native.codec.take_batches(*args) == take_batches(*args)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=_chunk_batches, bounds=st.tuples(st.integers(0, 30), st.integers(0, 40)),
+       rows_per_batch=st.integers(1, 12), flip=st.none() | st.integers(0, 1 << 16))
+def test_add_batches_decodes_what_add_batch_decodes_one_batch_at_a_time(batches, bounds,
+                                                                        rows_per_batch, flip):
+    """ColumnBuilder.add_batches (runs of batches through take_batches, in C or Python) yields the
+    same Arrow rows as add_batch called batch by batch, and the same error for a damaged batch,
+    with the native codec and with the pure-Python one."""
+    from kstore import native
+    from kstore.errors import KStoreError
+    from kstore.spark.decode import ColumnBuilder
+    buf, positions = _chunk(batches)
+    if flip is not None:
+        buf = bytearray(buf)
+        buf[flip % len(buf)] ^= 0x5A
+        buf = bytes(buf)
+    start, end = min(bounds), max(bounds)
+
+    def decode(many: bool):
+        builder = ColumnBuilder("t", 0, include_headers=True, rows_per_batch=rows_per_batch)
+        out = []
+        try:
+            if many:
+                out += builder.add_batches(buf, positions, start, end)
+            else:
+                for pos in positions:
+                    builder.add_batch(buf, pos, start, end)
+                    if builder.full() and (batch := builder.flush()) is not None:
+                        out.append(batch)
+            last = builder.flush()
+        except (KStoreError, IndexError, ValueError) as e:
+            return type(e), str(e)
+        rows = pa.Table.from_batches(out + ([last] if last is not None else []),
+                                     schema=builder.schema).to_pylist()
+        return rows, [b.num_rows for b in out]
+
+    expected = decode(False)
+    assert decode(True) == expected
+    with native.pure_python():
+        assert decode(True) == expected
+
+
 def test_a_pruned_read_range_follows_offsets_without_the_offset_column_selected(mixed):
     backend = LogDirBackend(str(mixed))
     start, end = backend.offset_ranges([("mixed", 0)])[("mixed", 0)]
@@ -457,6 +555,8 @@ class _Crash(Exception):
 
 
 class _CrashingAppender(LogDirAppender):
+    commit_threads = 1                    # partitions one after the other: a known crash point
+
     def __init__(self, *a, crash_after: int):
         super().__init__(*a)
         self.left = crash_after
@@ -518,6 +618,55 @@ def test_sink_commit_deletes_each_staged_file_once_it_is_in_the_log(tmp_path):
     with Broker(str(d)) as b:
         assert [r.value for r in b.get_log("out", 0).records()] == [b"a1", b"a2", b"a3"]
         assert [r.value for r in b.get_log("out", 1).records()] == [b"b1", b"b2", b"b3"]
+
+
+class _ParallelCrashingAppender(_CrashingAppender):
+    commit_threads = 4                    # partitions side by side, as a real commit runs
+
+    def append(self, tp, data):
+        with self.lock:
+            super().append(tp, data)
+
+    def __enter__(self):
+        import threading
+        self.lock = threading.Lock()
+        return super().__enter__()
+
+
+@pytest.mark.parametrize("crash_after", [0, 2, 5, 9])
+def test_a_parallel_commit_that_dies_in_one_partition_resumes_exactly(tmp_path, crash_after):
+    """The commit appends partitions side by side, on threads; a failure in one of them fails the
+    commit once the others have ended, and the retry appends exactly what is missing in every
+    partition, each in task order."""
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("out", 4)
+    values = {(task, p): [b"t%d-p%d-%d" % (task, p, i) for i in range(6)]
+              for task in range(2) for p in range(4)}
+    staged = []
+    for task in range(2):
+        parts = [_stage(tmp_path, f"t{task}p{p}", "out", p, values[(task, p)], task)
+                 for p in range(4)]
+        path = tmp_path / f"task{task}.batches"          # one staged file per task, as _stage writes
+        runs, blob = [], bytearray()
+        for m in parts:
+            data = Path(m.path).read_bytes()
+            run = m.runs[0]
+            runs.append(StagedRun(run.topic, run.partition,
+                                  [(len(blob) + pos, size, n) for pos, size, n in run.batches]))
+            blob += data
+        path.write_bytes(bytes(blob))
+        staged.append(StagedWrite(str(path), runs, 24, task, "q1"))
+    with pytest.raises(_Crash):
+        with _ParallelCrashingAppender(str(d), 1000, crash_after=crash_after) as app:
+            commit_staged(app, staged, "q1", 0)
+    with LogDirAppender(str(d), 1000) as app:
+        commit_staged(app, staged, "q1", 0)
+    with Broker(str(d)) as b:
+        for p in range(4):
+            assert [r.value for r in b.get_log("out", p).records()] == \
+                values[(0, p)] + values[(1, p)]
+    assert not any(os.path.exists(m.path) for m in staged)
 
 
 def test_a_re_run_batch_routes_keyless_rows_as_the_first_run_did_so_a_resumed_commit_is_exact(

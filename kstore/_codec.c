@@ -753,6 +753,25 @@ filled_or_none(int ok, PyObject *out)
     Py_RETURN_NONE;
 }
 
+/* The walk itself: each record's zig-zag length varint into lengths[0..count); 1 when the
+ * records fill d[0..len) exactly, 0 where the Python walk would raise or a length needs more
+ * than 5 bytes or is negative. */
+static int
+walk_lengths(const uint8_t *d, Py_ssize_t len, long long count, int64_t *lengths)
+{
+    Py_ssize_t pos = 0;
+    for (long long i = 0; i < count; i++) {
+        uint64_t z;
+        if (read_unsigned(d, len, &pos, MAX_VARINT_BYTES, &z) < 0 || z > 0xFFFFFFFFULL || (z & 1))
+            return 0;
+        lengths[i] = (int64_t)z;
+        pos += (Py_ssize_t)(z >> 1);
+        if (pos > len)
+            return 0;
+    }
+    return pos == len;
+}
+
 /* The zig-zag length varint of each of `records_count` records laid back to back in `data`, as
  * native int64s in a bytes object (numpy reads it with frombuffer): the one step of the columnar
  * decoder that must go record by record. None where the Python walk would raise or where a
@@ -772,26 +791,10 @@ codec_record_lengths(PyObject *self, PyObject *args)
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
     if (out == NULL)
         goto done;
-    int ok = 1;
+    int ok;
     int64_t *lengths = (int64_t *)PyBytes_AS_STRING(out);
-    const uint8_t *d = (const uint8_t *)data.buf;
-    Py_ssize_t len = data.len, pos = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (long long i = 0; i < count; i++) {
-        uint64_t z;
-        if (read_unsigned(d, len, &pos, MAX_VARINT_BYTES, &z) < 0 || z > 0xFFFFFFFFULL || (z & 1)) {
-            ok = 0;
-            break;
-        }
-        lengths[i] = (int64_t)z;
-        pos += (Py_ssize_t)(z >> 1);
-        if (pos > len) {
-            ok = 0;
-            break;
-        }
-    }
-    if (pos != len)
-        ok = 0;
+    ok = walk_lengths((const uint8_t *)data.buf, data.len, count, lengths);
     Py_END_ALLOW_THREADS
     out = filled_or_none(ok, out);
 done:
@@ -877,10 +880,6 @@ done:
     return out;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* records_section (issue 20: the Spark sink encodes Arrow columns)                           */
-/* ------------------------------------------------------------------------------------------ */
-
 /* One int64 of a column given as a buffer of int64s (numpy arrays). */
 static inline int64_t
 int64_at(const Py_buffer *b, Py_ssize_t i)
@@ -889,6 +888,131 @@ int64_at(const Py_buffer *b, Py_ssize_t i)
     memcpy(&v, (const uint8_t *)b->buf + 8 * i, 8);
     return v;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* take_batches (the Spark source's decoder: kstore/spark/decode.py take_batches)             */
+/* ------------------------------------------------------------------------------------------ */
+
+#define TAKE_META 7       /* decode.BATCH_META: records, base offset, last offset delta,
+                             base timestamp, max timestamp, attributes, position */
+
+/* The CRC check of the batch at d[0..size) through the reference's own `crc32c`: 1 it matches,
+ * 0 it does not, -1 an exception. */
+static int
+crc_matches(const uint8_t *d, int64_t size, PyObject *crc32c)
+{
+    PyObject *covered = PyMemoryView_FromMemory((char *)d + BATCH_ATTRIBUTES_OFFSET,
+                                                size - BATCH_ATTRIBUTES_OFFSET, PyBUF_READ);
+    if (covered == NULL)
+        return -1;
+    PyObject *crc = PyObject_CallOneArg(crc32c, covered);
+    Py_DECREF(covered);
+    if (crc == NULL)
+        return -1;
+    unsigned long computed = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (computed == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    return computed == load_be(d + 17, 4);
+}
+
+/* decode.take_batches: the batches at positions[first:] of `buffer` that the columnar decoder
+ * queues as they are, in one call instead of one Python call per batch. Returns (next index,
+ * meta, lengths) as the reference does; next index == first where the batch there is not one
+ * it takes (the caller's add_batch then decompresses it or raises its error). */
+static PyObject *
+codec_take_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data, positions;
+    Py_ssize_t first;
+    long long start, end, max_records;
+    int check_crcs;
+    PyObject *crc32c;
+    if (!PyArg_ParseTuple(args, "y*y*nLLpOL:take_batches", &data, &positions, &first, &start,
+                          &end, &check_crcs, &crc32c, &max_records))
+        return NULL;
+    PyObject *meta = NULL, *lengths = NULL, *result = NULL;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    Py_ssize_t n_positions = positions.len / 8, i = first < 0 ? n_positions : first;
+    /* Pass 1, headers only: which batches, how many records and bytes at most. */
+    Py_ssize_t stop = i, batches = 0;
+    int64_t records = 0;
+    for (; stop < n_positions; stop++) {
+        int64_t pos = int64_at(&positions, stop);
+        if (pos < 0 || pos > data.len - BATCH_OVERHEAD)
+            break;
+        const uint8_t *b = d + pos;
+        int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be(b + 8, 4);
+        if (size < BATCH_OVERHEAD || size > data.len - pos || b[16] != 2
+                || (b[BATCH_ATTRIBUTES_OFFSET + 1] & 0x07))
+            break;                        /* add_batch reads it: another magic, compressed... */
+        int64_t count = (int32_t)load_be(b + 57, 4);
+        int64_t base = (int64_t)load_be(b, 8), last_delta = (int32_t)load_be(b + 23, 4);
+        int passed_over = (b[BATCH_ATTRIBUTES_OFFSET + 1] & 0x20) || count <= 0
+                          || base + last_delta < start || base >= end;
+        if (!passed_over) {
+            if (count > size - BATCH_OVERHEAD)
+                break;                    /* more records than bytes: add_batch raises */
+            if (records > 0 && records + count > max_records)
+                break;                    /* enough for now (at least one batch is taken) */
+            records += count;
+            batches++;
+        }
+    }
+    meta = PyBytes_FromStringAndSize(NULL, batches * TAKE_META * 8);
+    lengths = PyBytes_FromStringAndSize(NULL, records * 8);
+    if (meta == NULL || lengths == NULL)
+        goto done;
+    int64_t *m = (int64_t *)PyBytes_AS_STRING(meta), *zz = (int64_t *)PyBytes_AS_STRING(lengths);
+    Py_ssize_t taken = 0;
+    int64_t records_taken = 0;
+    /* Pass 2: CRC, the walk, the copy; stops before a batch whose CRC or walk fails. */
+    for (; i < stop; i++) {
+        const uint8_t *b = d + int64_at(&positions, i);
+        int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be(b + 8, 4);
+        if (check_crcs) {
+            int matches = crc_matches(b, size, crc32c);
+            if (matches < 0)
+                goto done;
+            if (!matches)
+                break;
+        }
+        int64_t count = (int32_t)load_be(b + 57, 4);
+        int64_t base = (int64_t)load_be(b, 8), last_delta = (int32_t)load_be(b + 23, 4);
+        uint64_t attributes = load_be(b + BATCH_ATTRIBUTES_OFFSET, 2);
+        if ((attributes & 0x20) || count <= 0 || base + last_delta < start || base >= end)
+            continue;                     /* a marker, emptied, or outside [start, end) */
+        int64_t section = size - BATCH_OVERHEAD;
+        if (!walk_lengths(b + BATCH_OVERHEAD, section, count, zz + records_taken))
+            break;
+        int64_t *row = m + TAKE_META * taken;
+        row[0] = count;
+        row[1] = base;
+        row[2] = last_delta;
+        row[3] = (int64_t)load_be(b + 27, 8);
+        row[4] = (int64_t)load_be(b + 35, 8);
+        row[5] = (int16_t)attributes;                 /* signed, as struct reads it */
+        row[6] = (int64_t)(b - d);                     /* where the batch is in `buffer` */
+        taken++;
+        records_taken += count;
+    }
+    if (taken < batches) {                /* stopped early: only what was filled */
+        if (_PyBytes_Resize(&meta, taken * TAKE_META * 8) < 0
+                || _PyBytes_Resize(&lengths, records_taken * 8) < 0)
+            goto done;
+    }
+    result = Py_BuildValue("(nOO)", i, meta, lengths);
+done:
+    Py_XDECREF(meta);
+    Py_XDECREF(lengths);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&positions);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* records_section (issue 20: the Spark sink encodes Arrow columns)                           */
+/* ------------------------------------------------------------------------------------------ */
 
 /* The body size of record i (everything after its length varint), or -1 where a key or value
  * lies outside its data buffer or has a length below -1 (null). */
@@ -1156,6 +1280,10 @@ static PyMethodDef codec_methods[] = {
     {"record_fields", codec_record_fields, METH_VARARGS,
      "record_fields(data, zigzag_lengths) -> bytes of 8 rows of int64 record fields, or None.\n"
      "Mirrors kstore.spark.decode.ColumnBuilder._fields; None where the reference raises."},
+    {"take_batches", codec_take_batches, METH_VARARGS,
+     "take_batches(buffer, positions, first, start, end, check_crcs, crc32c, max_records) -> "
+     "(next index, meta, lengths).\n"
+     "Mirrors kstore.spark.decode.take_batches: many batches queued in one call (issue 20)."},
     {"records_section", codec_records_section, METH_VARARGS,
      "records_section(key_data, key_starts, key_lengths, value_data, value_starts, value_lengths)"
      " -> bytes or None.\n"

@@ -4,11 +4,13 @@ Spark's Python data sources are fastest when `read()` yields `pyarrow.RecordBatc
 takes the columns as they are, instead of converting one Python tuple per row. The reader never
 builds `Record` objects either. Decoding is columnar, in two steps per ~64k rows:
 
-1. per batch, in Python: check the CRC (as Kafka's consumers do, `check.crcs=true`), decompress
-   the records section once (`kstore.compression`), and walk the chain of record lengths — the
-   only step that must go record by record (a record's start depends on the previous length),
-   so it runs in C when the native codec is built (`record_lengths` in kstore/_codec.c), else in
-   a Python loop where one- and two-byte varints, nearly all of them, never leave the loop;
+1. per batch: check the CRC (as Kafka's consumers do, `check.crcs=true`), decompress the
+   records section once (`kstore.compression`), and walk the chain of record lengths — the
+   only step that must go record by record (a record's start depends on the previous length).
+   A read buffer's uncompressed batches go through `take_batches`, many per call (in C when the
+   native codec is built: no Python work per batch); any other batch through `add_batch`, in
+   Python, with the walk in C where it can (`record_lengths`) or a Python loop where one- and
+   two-byte varints, nearly all of them, never leave the loop;
 2. for all the records at once, with numpy: every other field sits at a position computed from
    the previous field's position and varint size, so attributes, timestamp delta, offset delta,
    key length and value length are decoded as whole columns (`_varints`). Keys and values are
@@ -39,6 +41,7 @@ masked out. Headers (includeHeaders=true) are parsed in Python, only for records
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Sequence
 
 import numpy as np
@@ -49,7 +52,7 @@ from ..compression import Compression, decompress
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..records import (ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, CURRENT_MAGIC,
                        HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MIN_BATCH_LENGTH_FIELD,
-                       RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, check_batch)
+                       RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, check_batch, crc32c)
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -65,6 +68,7 @@ ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADER_TYPE)
 ROWS_PER_ARROW_BATCH = 65536
 MAX_ARROW_BATCH_BYTES = 64 * 1024 * 1024
 _HEADER_UNPACK = HEADER.unpack_from
+_LENGTH_UNPACK = struct.Struct(">i").unpack_from
 
 
 def _varint_slow(data, p: int) -> tuple[int, int]:
@@ -209,6 +213,49 @@ class ColumnBuilder:
                               None if whole else start, None if whole else end))
         self._pending += count
         return count
+
+    def add_batches(self, buf, positions: Sequence[int], start: int, end: int,
+                    file: str | None = None, chunk_position: int = 0):
+        """`add_batch` for each batch at `positions` of `buf`, yielding the Arrow batches that
+        fill up on the way. Runs of batches go through `take_batches` (in C where the native codec
+        is built: one call queues many batches, with no Python work per batch); a batch it does
+        not take (compressed, another magic, a bad CRC...) goes through `add_batch`, which
+        decompresses it or raises its error."""
+        take = getattr(native.codec, "take_batches", None) or take_batches
+        at = np.asarray(positions, dtype=np.int64)
+        i, n = 0, len(positions)
+        while i < n:
+            room = max(self.rows_per_batch - self._pending, 1)
+            nxt, meta, lengths = take(buf, at, i, start, end, self.check_crcs, crc32c, room)
+            if nxt == i:
+                self.add_batch(buf, positions[i], start, end, file=file,
+                               file_position=chunk_position + positions[i])
+                i += 1
+            else:
+                self._queue(buf, meta, lengths, start, end)
+                i = nxt
+            if self.full():
+                batch = self.flush()
+                if batch is not None:         # None: every queued record was out of bounds
+                    yield batch
+
+    def _queue(self, buf, meta: bytes, lengths: bytes, start: int, end: int) -> None:
+        """Queue what take_batches took, as add_batch queues each batch: its records section
+        stays a view of the read buffer until flush joins them (one copy)."""
+        if not meta:
+            return
+        view = memoryview(buf)
+        for count, base, last_delta, base_ts, max_ts, attributes, pos in \
+                np.frombuffer(meta, dtype=np.int64).reshape(-1, len(BATCH_META)).tolist():
+            whole = base >= start and base + last_delta < end
+            self._batches.append((count, base, base_ts,
+                                  max_ts if attributes & TIMESTAMP_TYPE_MASK else None,
+                                  None if whole else start, None if whole else end))
+            size = LOG_OVERHEAD + _LENGTH_UNPACK(buf, pos + 8)[0]
+            self._payloads.append(view[pos + RECORD_BATCH_OVERHEAD:pos + size])
+            self._size += size - RECORD_BATCH_OVERHEAD
+            self._pending += count
+        self._lengths.append(np.frombuffer(lengths, dtype=np.int64))
 
     def drop_batch(self, buf, pos: int, file: str | None = None,
                    file_position: int | None = None) -> None:
@@ -391,6 +438,87 @@ class ColumnBuilder:
                                            schema=self.schema)
         self.rows += n
         return batch
+
+
+BATCH_META = ("records", "base offset", "last offset delta", "base timestamp", "max timestamp",
+              "attributes", "position")
+
+
+def take_batches(buf, positions: np.ndarray, first: int, start: int, end: int, check_crcs: bool,
+                 crc, max_records: int) -> tuple[int, bytes, bytes]:
+    """The batches at positions[first:] of `buf` that the decoder queues as they are, from the
+    first one on, up to `max_records` records (at least one batch): uncompressed v2 batches
+    whose CRC matches (`crc`, when `check_crcs`) and whose records fill them exactly. Control
+    batches, emptied ones and those wholly outside [start, end) are passed over, after their CRC
+    check, as add_batch passes them over. Returns (index of the first batch not taken, then per
+    batch queued its BATCH_META as int64s, and each record's zig-zag length varint as int64s).
+    It stops before a batch it does not take as
+    it is (another magic, a bad length or CRC, compressed, records that do not fill it): the
+    caller's add_batch decompresses that one or raises its error. `take_batches` in
+    kstore/_codec.c mirrors this function."""
+    meta, lengths = array("q"), array("q")
+    stop, records = first, 0
+    for stop in range(first, len(positions) + 1):           # headers only: how far to go
+        if stop == len(positions):
+            break
+        pos = int(positions[stop])
+        if pos < 0 or pos > len(buf) - RECORD_BATCH_OVERHEAD:
+            break
+        (base, length, _e, magic, _c, attributes, last_delta, *_r, count) = _HEADER_UNPACK(buf, pos)
+        size = LOG_OVERHEAD + length
+        if (size < RECORD_BATCH_OVERHEAD or size > len(buf) - pos or magic != CURRENT_MAGIC
+                or attributes & COMPRESSION_CODEC_MASK):
+            break
+        if not (attributes & CONTROL_FLAG_MASK or count <= 0 or base + last_delta < start
+                or base >= end):
+            if count > size - RECORD_BATCH_OVERHEAD or (records and records + count > max_records):
+                break
+            records += count
+    i = first
+    while i < stop:                                         # CRC, the walk, the copy
+        pos = int(positions[i])
+        (base, length, _e, _m, stored, attributes, last_delta, base_ts, max_ts, _p, _pe, _s,
+         count) = _HEADER_UNPACK(buf, pos)
+        if check_crcs and crc(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != stored:
+            break
+        if attributes & CONTROL_FLAG_MASK or count <= 0 or base + last_delta < start or base >= end:
+            i += 1
+            continue
+        section = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:pos + LOG_OVERHEAD + length]
+        walked = _strict_lengths(section, count)
+        if walked is None:
+            break
+        lengths.extend(walked)
+        meta.extend((count, base, last_delta, base_ts, max_ts, attributes, pos))
+        i += 1
+    return i, meta.tobytes(), lengths.tobytes()
+
+
+def _strict_lengths(data, count: int) -> list[int] | None:
+    """Each record's zig-zag length varint, as `record_lengths` in kstore/_codec.c walks them:
+    None where a length is negative, needs more than 5 bytes, or the records do not fill `data`
+    exactly (ColumnBuilder._walk then raises, or handles the longer varints)."""
+    out, p, n = [], 0, len(data)
+    for _ in range(count):
+        z = shift = 0
+        for k in range(5):
+            if p >= n:
+                return None
+            b = data[p]
+            p += 1
+            z |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        else:
+            return None                                     # longer than 5 bytes
+        if z > 0xFFFFFFFF or z & 1:
+            return None
+        out.append(z)
+        p += z >> 1
+        if p > n:
+            return None
+    return out if p == n else None
 
 
 def _parse_headers(data: bytes, p: int, end: int) -> list[tuple[str, bytes | None]] | None:

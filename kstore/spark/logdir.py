@@ -296,15 +296,19 @@ class PartitionReader:
                                 columns=columns,
                                 **({"rows_per_batch": rows_per_batch} if rows_per_batch else {}))
         for buf, positions, path, chunk_position in self.chunks(start, end):
-            kept = None if select is None else set(select(buf, positions))
+            if select is None:               # every batch: many at a time (take_batches)
+                yield from builder.add_batches(buf, positions, start, end, file=path,
+                                               chunk_position=chunk_position)
+                continue
+            kept = set(select(buf, positions))
             for pos in positions:
-                if kept is not None and pos not in kept:
+                if pos not in kept:
                     builder.drop_batch(buf, pos, file=path, file_position=chunk_position + pos)
                     continue
                 builder.add_batch(buf, pos, start, end, file=path,
                                   file_position=chunk_position + pos)
-                if builder.full():
-                    yield builder.flush()
+                if builder.full() and (batch := builder.flush()) is not None:
+                    yield batch
         batch = builder.flush()
         if batch is not None:
             yield batch

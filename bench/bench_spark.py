@@ -31,13 +31,18 @@ what any Python data source costs in Spark (Arrow over a socket to the JVM, then
 it reads; and a Python source with no rows at all (the fixed cost of planning and starting its
 Python workers).
 Writes (the sink): the same rows, `key` and `value` read back from the Parquet files, written
-with `df.write.format("kstore")` — to the log directory with no broker running (tasks stage
+with `df.write.format("kstore")` — to a log directory with no broker running (tasks stage
 encoded batches under the log dir, the driver appends them at commit), and through `kstore
-serve` (every task a transactional producer to the broker, the driver commits the
-transactions), each with `kafka.compression.type` none (the Kafka producer's default) and snappy
-(the codec of Spark's Parquet writer by default) — and with `df.write.parquet`; timed: the wall
-time of the whole `save()` job, reading the Parquet input included; best of `REPEAT`, rows/s,
-with the ratio kstore ÷ Parquet, and the bytes each wrote per row (segment growth; Parquet
+serve` on another log directory (every task a transactional producer to the broker, the driver
+commits the transactions), each with `kafka.compression.type` none (the Kafka producer's
+default) and snappy (the codec of Spark's Parquet writer by default) — and with
+`df.write.parquet`, snappy (its default) and uncompressed, and to a Python sink that keeps
+nothing (the floor of any Python data source sink: Spark's Arrow batches handed to Python
+workers). Timed: the wall time of the whole `save()` job, reading the Parquet input included;
+one warm-up write each, then WRITE_ROUNDS rounds of one write per mode (interleaved, so the
+JVM's warming up and the machine's drift hit all alike), best of the rounds, as rows/s; ratios
+kstore ÷ Parquet's default, and kstore ÷ Parquet with the same codec (uncompressed against
+uncompressed, snappy against snappy); the bytes each wrote per row (segment growth; Parquet
 file size). Also timed, once: writing 256 MB of new data to a new file (how fast this machine
 takes bytes into its page cache: on the 2-core VM 400-550 MB/s when the page cache grows into
 memory the guest never touched before, each such page costing a hypervisor fault, and several
@@ -61,6 +66,7 @@ VALUE_BYTES = 100
 KEYS = 100
 RECORDS_PER_BATCH = 140        # ~16 KiB of 100-byte records: the producer's default batch.size
 REPEAT = 3
+WRITE_ROUNDS = 5               # writes: rounds of one write per mode, after a warm-up round
 T0 = 1_700_000_000_000
 # The columns each query uses, as the user-specified schema that prunes the others.
 PRUNED_SCHEMA = {"value": "value binary, offset bigint", "key": "key binary"}
@@ -132,6 +138,7 @@ class _ArrowFilesReader:
 
 def _floor_source():
     from pyspark.sql.datasource import DataSource, DataSourceReader
+    NullWriter = _null_writer()
 
     class Reader(_ArrowFilesReader, DataSourceReader):
         pass
@@ -149,7 +156,31 @@ def _floor_source():
         def reader(self, schema):
             return Reader(self.options["path"])
 
+        def writer(self, schema, overwrite):
+            return NullWriter()
+
     return ArrowFiles
+
+
+class _NullWriter:
+    """The write floor: a Python sink that takes Spark's Arrow batches and keeps nothing."""
+
+    def write(self, iterator):
+        from pyspark.sql.datasource import WriterCommitMessage
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages):
+        pass
+
+
+def _null_writer():
+    from pyspark.sql.datasource import DataSourceArrowWriter
+
+    class NullWriter(_NullWriter, DataSourceArrowWriter):
+        pass
+    return NullWriter
 
 
 def write_arrow_files(log_dir: Path, arrow_dir: Path, columns: list[str] | None = None) -> None:
@@ -169,6 +200,9 @@ def write_arrow_files(log_dir: Path, arrow_dir: Path, columns: list[str] | None 
 # The codecs the sink is timed with: Kafka's producer default (compression.type=none), and
 # snappy, the codec Spark's Parquet writer uses by default (spark.sql.parquet.compression.codec).
 SINK_CODECS = ("none", "snappy")
+PARQUET = "parquet (snappy, Spark's default)"
+PARQUET_NONE = "parquet (no compression)"
+NULL_SINK = "Python sink that keeps nothing (the floor of any Python sink)"
 
 
 def _topic_bytes(log_dir: Path, topic: str) -> int:
@@ -188,50 +222,85 @@ def page_cache_write_rate(directory: Path, megabytes: int = 256) -> float:
 
 
 def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
-    """Rows/s of the kstore sink (log dir, then through a broker; with each of SINK_CODECS) and of
-    Parquet's writer, all writing the same DataFrame (key, value from the Parquet files), and the
-    bytes each one wrote per row."""
+    """Rows/s of the kstore sink (to a log dir with no broker, and through `kstore serve` on
+    another log dir; with each of SINK_CODECS), of Parquet's writer (snappy, its default, and
+    uncompressed) and of a Python sink that keeps nothing, all writing the same DataFrame (key,
+    value from the Parquet files), and the bytes each one wrote per row. After one warm-up
+    write each, the writes run in WRITE_ROUNDS rounds of one write per mode, so that the JVM's
+    warming up and the machine's drift hit every mode alike; best of the rounds."""
     from kstore.broker import Broker
-    with Broker(str(log_dir)) as broker:
-        broker.create_topic("sunk", PARTITIONS)
+    served_dir = log_dir.parent / "logs-served"       # a broker holds it: a log dir takes one
+    for d in (log_dir, served_dir):
+        with Broker(str(d)) as broker:
+            broker.create_topic("sunk", PARTITIONS)
     probe_rate = page_cache_write_rate(out_dir.parent)
     rows = lambda: spark.read.parquet(str(parquet_dir)).select("key", "value")  # noqa: E731
-    runs, written = {}, {}
+    server = bench_fetch.kstore_serve(served_dir)
 
-    def sink(name: str, codec: str, write) -> None:
-        before = _topic_bytes(log_dir, "sunk")
-        runs[name] = timed(lambda: write(rows().write.format("kstore").option("topic", "sunk")
-                                         .option("kafka.compression.type", codec).mode("append")))
-        written[name] = (_topic_bytes(log_dir, "sunk") - before) / (REPEAT + 1)
+    def sink(codec: str, where: str | None):
+        def write():
+            w = (rows().write.format("kstore").option("topic", "sunk")
+                 .option("kafka.compression.type", codec).mode("append"))
+            if where is None:
+                w.save(str(log_dir))
+            else:
+                w.option("kafka.bootstrap.servers", where).save()
+        return write
 
+    def parquet(codec: str):
+        return lambda: rows().write.mode("overwrite").option("compression", codec).parquet(str(out_dir))
+
+    modes = {}
     for codec in SINK_CODECS:
-        sink(f"kstore sink, log dir (staged, driver commits), compression {codec}", codec,
-             lambda w: w.save(str(log_dir)))
-    server = bench_fetch.kstore_serve(log_dir)
+        modes[f"kstore sink, log dir (staged, driver commits), compression {codec}"] = (
+            sink(codec, None), log_dir)
+    for codec in SINK_CODECS:
+        modes[f"kstore sink, through kstore serve (transactional), compression {codec}"] = (
+            sink(codec, f"127.0.0.1:{server.port}"), served_dir)
+    modes[PARQUET] = (parquet("snappy"), None)
+    modes[PARQUET_NONE] = (parquet("none"), None)
+    modes[NULL_SINK] = (lambda: rows().write.format("arrowfiles").mode("append").save(), None)
+    seconds: dict[str, list[float]] = {name: [] for name in modes}
+    written: dict[str, float] = {name: 0.0 for name in modes}
     try:
-        for codec in SINK_CODECS:
-            sink(f"kstore sink, through kstore serve (transactional), compression {codec}", codec,
-                 lambda w: w.option("kafka.bootstrap.servers", f"127.0.0.1:{server.port}").save())
+        for round_ in range(WRITE_ROUNDS + 1):          # round 0 warms up
+            for name, (write, topic_dir) in modes.items():
+                before = _topic_bytes(topic_dir, "sunk") if topic_dir else 0
+                with common.Timer() as t:
+                    write()
+                if round_:
+                    seconds[name].append(t.seconds)
+                if topic_dir:
+                    written[name] += _topic_bytes(topic_dir, "sunk") - before
+                elif name != NULL_SINK:
+                    written[name] = sum(f.stat().st_size for f in out_dir.glob("*.parquet")) * (
+                        WRITE_ROUNDS + 1)
     finally:
         server.stop()
-    runs["parquet (snappy, Spark's default)"] = timed(
-        lambda: rows().write.mode("overwrite").parquet(str(out_dir)))
-    written["parquet (snappy, Spark's default)"] = sum(
-        f.stat().st_size for f in out_dir.glob("*.parquet"))
     (out_dir.parent / "page-cache-probe").unlink()
+    runs = {name: {"seconds": s, "best_s": min(s), "rows_per_s": RECORDS / min(s)}
+            for name, s in seconds.items()}
+    per_row = {name: written[name] / (WRITE_ROUNDS + 1) / RECORDS for name in modes}
     for name, r in runs.items():
-        print(f"  write {name:<66}: best {r['best_s']:.2f} s = "
-              f"{common.fmt_rate(r['rows_per_s'])} rows/s, {written[name] / RECORDS:.0f} B/row")
+        print(f"  write {name:<68}: best {r['best_s']:.2f} s = "
+              f"{common.fmt_rate(r['rows_per_s'])} rows/s, {per_row[name]:.0f} B/row", flush=True)
     print(f"  this machine writes new data into its page cache at {probe_rate:,.0f} MB/s")
-    with Broker(str(log_dir)) as broker:          # every write landed, once (markers aside)
-        landed = sum(b.records_count for p in range(PARTITIONS)
-                     for b in broker.get_log("sunk", p).batches() if not b.is_control)
-    assert landed == RECORDS * (REPEAT + 1) * 2 * len(SINK_CODECS), landed
-    parquet = runs["parquet (snappy, Spark's default)"]["rows_per_s"]
-    return {"page_cache_write_mb_per_s": probe_rate,
+    for d in (log_dir, served_dir):                 # every write landed, once (markers aside)
+        with Broker(str(d)) as broker:
+            landed = sum(b.records_count for p in range(PARTITIONS)
+                         for b in broker.get_log("sunk", p).batches() if not b.is_control)
+        assert landed == RECORDS * (WRITE_ROUNDS + 1) * len(SINK_CODECS), (d, landed)
+    parquet_rate = runs[PARQUET]["rows_per_s"]
+    # The same codec on both sides: an uncompressed kstore write against an uncompressed Parquet
+    # one, a snappy one against Parquet's default (snappy).
+    same_codec = {name: runs[PARQUET_NONE if name.endswith("compression none") else PARQUET]
+                  ["rows_per_s"] for name in runs if name.startswith("kstore")}
+    return {"page_cache_write_mb_per_s": probe_rate, "rounds": WRITE_ROUNDS,
             "runs": {name: {"rows_per_s": r["rows_per_s"], "seconds": r["seconds"],
-                            "bytes_per_row": written[name] / RECORDS,
-                            "ratio_to_parquet": r["rows_per_s"] / parquet}
+                            "bytes_per_row": per_row[name],
+                            "ratio_to_parquet": r["rows_per_s"] / parquet_rate,
+                            **({"ratio_to_parquet_same_codec": r["rows_per_s"] / same_codec[name]}
+                               if name in same_codec else {})}
                      for name, r in runs.items()}}
 
 
@@ -342,8 +411,8 @@ def main() -> dict:
             "timed": "reads: wall time of each whole query (load, planning, scan, aggregation, "
                      "collect) over the whole topic, best of 3 after a warm-up, Spark local[2]; "
                      "writes: wall time of each whole df.write...save() job of the same rows "
-                     "(key, value read from Parquet), best of 3 after a warm-up; ratios are "
-                     "kstore / Parquet from the same run"}
+                     f"(key, value read from Parquet), best of {WRITE_ROUNDS} interleaved rounds "
+                     "after a warm-up round; ratios are kstore / Parquet from the same run"}
     common.write_json("spark", data)
     plot(results, writes["runs"])
     print(summary(data))
@@ -381,7 +450,10 @@ def plot(results: list[dict], writes: dict) -> Path:
         bars = ax.bar(range(len(names)), [writes[n]["rows_per_s"] / 1e6 for n in names],
                       color=[f"C{i}" for i in range(len(names))])
         for bar, n in zip(bars, names):
-            ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x\n{writes[n]['bytes_per_row']:.0f} B/row",
+            same = writes[n].get("ratio_to_parquet_same_codec")
+            ax.annotate(f"{writes[n]['ratio_to_parquet']:.2f}x"
+                        + (f" ({same:.2f}x)" if same is not None else "")
+                        + f"\n{writes[n]['bytes_per_row']:.0f} B/row",
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         va="bottom", fontsize=8)
         ax.set_xticks(range(len(names)), [_short_label(n) for n in names], fontsize=8)
@@ -394,6 +466,8 @@ def plot(results: list[dict], writes: dict) -> Path:
 
 def _short_label(name: str) -> str:
     """A write's bar label: where it wrote, then its codec."""
+    if name == NULL_SINK:
+        return "Python sink\nkeeping nothing"
     where = ("Parquet" if name.startswith("parquet") else
              "kstore sink,\nlog dir (staged)" if "log dir" in name else "kstore sink,\nkstore serve")
     return f"{where}\n{'snappy' if 'snappy' in name else 'no compression'}"
@@ -411,7 +485,10 @@ def summary(data: dict) -> str:
                       for q in data["queries"])
     runs = data.get("writes", {}).get("runs", {})
     writes = ", ".join(f"{name} {common.fmt_rate(w['rows_per_s'])} rows/s "
-                       f"= {w['ratio_to_parquet']:.2f}x Parquet ({w['bytes_per_row']:.0f} B/row)"
+                       f"= {w['ratio_to_parquet']:.2f}x Parquet's default"
+                       + (f", {w['ratio_to_parquet_same_codec']:.2f}x Parquet with the same codec"
+                          if "ratio_to_parquet_same_codec" in w else "")
+                       + f" ({w['bytes_per_row']:.0f} B/row)"
                        for name, w in runs.items())
     return (f"reads (target >= 0.5x Parquet): {cells}; decoder alone "
             f"{common.fmt_rate(data['decoder_alone']['rows_per_s'])} rows/s; writes (target >= "

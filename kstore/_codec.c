@@ -966,7 +966,7 @@ codec_take_batches(PyObject *self, PyObject *args)
     int64_t *m = (int64_t *)PyBytes_AS_STRING(meta), *zz = (int64_t *)PyBytes_AS_STRING(lengths);
     Py_ssize_t taken = 0;
     int64_t records_taken = 0;
-    /* Pass 2: CRC, the walk, the copy; stops before a batch whose CRC or walk fails. */
+    /* Pass 2: the CRC and the walk; stops before a batch whose CRC or walk fails. */
     for (; i < stop; i++) {
         const uint8_t *b = d + int64_at(&positions, i);
         int64_t size = BATCH_LOG_OVERHEAD + (int64_t)(int32_t)load_be(b + 8, 4);

@@ -452,15 +452,16 @@ def take_batches(buf, positions: np.ndarray, first: int, start: int, end: int, c
     batches, emptied ones and those wholly outside [start, end) are passed over, after their CRC
     check, as add_batch passes them over. Returns (index of the first batch not taken, then per
     batch queued its BATCH_META as int64s, and each record's zig-zag length varint as int64s).
-    It stops before a batch it does not take as
-    it is (another magic, a bad length or CRC, compressed, records that do not fill it): the
-    caller's add_batch decompresses that one or raises its error. `take_batches` in
-    kstore/_codec.c mirrors this function."""
-    meta, lengths = array("q"), array("q")
+    It stops before a batch it does not take as it is (another magic, a bad length or CRC,
+    compressed, records that do not fill it): the caller's add_batch decompresses that one or
+    raises its error. `take_batches` in kstore/_codec.c mirrors this function."""
+    def passed_over(attributes: int, count: int, base: int, last_delta: int) -> bool:
+        return bool(attributes & CONTROL_FLAG_MASK) or count <= 0 or base + last_delta < start \
+            or base >= end
+
+    # Pass 1, the headers only: how far to go.
     stop, records = first, 0
-    for stop in range(first, len(positions) + 1):           # headers only: how far to go
-        if stop == len(positions):
-            break
+    while stop < len(positions):
         pos = int(positions[stop])
         if pos < 0 or pos > len(buf) - RECORD_BATCH_OVERHEAD:
             break
@@ -469,27 +470,27 @@ def take_batches(buf, positions: np.ndarray, first: int, start: int, end: int, c
         if (size < RECORD_BATCH_OVERHEAD or size > len(buf) - pos or magic != CURRENT_MAGIC
                 or attributes & COMPRESSION_CODEC_MASK):
             break
-        if not (attributes & CONTROL_FLAG_MASK or count <= 0 or base + last_delta < start
-                or base >= end):
+        if not passed_over(attributes, count, base, last_delta):
             if count > size - RECORD_BATCH_OVERHEAD or (records and records + count > max_records):
                 break
             records += count
+        stop += 1
+    # Pass 2: the CRC and the walk of each batch; it stops before one that fails either.
+    meta, lengths = array("q"), array("q")
     i = first
-    while i < stop:                                         # CRC, the walk, the copy
+    while i < stop:
         pos = int(positions[i])
         (base, length, _e, _m, stored, attributes, last_delta, base_ts, max_ts, _p, _pe, _s,
          count) = _HEADER_UNPACK(buf, pos)
-        if check_crcs and crc(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != stored:
+        size = LOG_OVERHEAD + length
+        if check_crcs and crc(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size]) != stored:
             break
-        if attributes & CONTROL_FLAG_MASK or count <= 0 or base + last_delta < start or base >= end:
-            i += 1
-            continue
-        section = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:pos + LOG_OVERHEAD + length]
-        walked = _strict_lengths(section, count)
-        if walked is None:
-            break
-        lengths.extend(walked)
-        meta.extend((count, base, last_delta, base_ts, max_ts, attributes, pos))
+        if not passed_over(attributes, count, base, last_delta):
+            walked = _strict_lengths(memoryview(buf)[pos + RECORD_BATCH_OVERHEAD:pos + size], count)
+            if walked is None:
+                break
+            lengths.extend(walked)
+            meta.extend((count, base, last_delta, base_ts, max_ts, attributes, pos))
         i += 1
     return i, meta.tobytes(), lengths.tobytes()
 

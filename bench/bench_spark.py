@@ -137,10 +137,12 @@ class _ArrowFilesReader:
 
 
 def _floor_source():
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-    NullWriter = _null_writer()
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader
 
     class Reader(_ArrowFilesReader, DataSourceReader):
+        pass
+
+    class NullWriter(_NullWriter, DataSourceArrowWriter):
         pass
 
     class ArrowFiles(DataSource):
@@ -173,14 +175,6 @@ class _NullWriter:
 
     def commit(self, messages):
         pass
-
-
-def _null_writer():
-    from pyspark.sql.datasource import DataSourceArrowWriter
-
-    class NullWriter(_NullWriter, DataSourceArrowWriter):
-        pass
-    return NullWriter
 
 
 def write_arrow_files(log_dir: Path, arrow_dir: Path, columns: list[str] | None = None) -> None:
@@ -261,7 +255,7 @@ def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
     modes[PARQUET_NONE] = (parquet("none"), None)
     modes[NULL_SINK] = (lambda: rows().write.format("arrowfiles").mode("append").save(), None)
     seconds: dict[str, list[float]] = {name: [] for name in modes}
-    written: dict[str, float] = {name: 0.0 for name in modes}
+    written: dict[str, list[int]] = {name: [] for name in modes}      # bytes, each write
     try:
         for round_ in range(WRITE_ROUNDS + 1):          # round 0 warms up
             for name, (write, topic_dir) in modes.items():
@@ -270,17 +264,15 @@ def time_writes(spark, log_dir: Path, parquet_dir: Path, out_dir: Path) -> dict:
                     write()
                 if round_:
                     seconds[name].append(t.seconds)
-                if topic_dir:
-                    written[name] += _topic_bytes(topic_dir, "sunk") - before
-                elif name != NULL_SINK:
-                    written[name] = sum(f.stat().st_size for f in out_dir.glob("*.parquet")) * (
-                        WRITE_ROUNDS + 1)
+                written[name].append(
+                    _topic_bytes(topic_dir, "sunk") - before if topic_dir else
+                    0 if name == NULL_SINK else sum(f.stat().st_size for f in out_dir.glob("*.parquet")))
     finally:
         server.stop()
     (out_dir.parent / "page-cache-probe").unlink()
     runs = {name: {"seconds": s, "best_s": min(s), "rows_per_s": RECORDS / min(s)}
             for name, s in seconds.items()}
-    per_row = {name: written[name] / (WRITE_ROUNDS + 1) / RECORDS for name in modes}
+    per_row = {name: sum(w) / len(w) / RECORDS for name, w in written.items()}
     for name, r in runs.items():
         print(f"  write {name:<68}: best {r['best_s']:.2f} s = "
               f"{common.fmt_rate(r['rows_per_s'])} rows/s, {per_row[name]:.0f} B/row", flush=True)

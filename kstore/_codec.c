@@ -893,8 +893,8 @@ int64_at(const Py_buffer *b, Py_ssize_t i)
 /* take_batches (the Spark source's decoder: kstore/spark/decode.py take_batches)             */
 /* ------------------------------------------------------------------------------------------ */
 
-#define TAKE_META 7       /* decode.BATCH_META: records, base offset, last offset delta,
-                             base timestamp, max timestamp, attributes, position */
+#define TAKE_META 8       /* decode.BATCH_META: records, base offset, last offset delta,
+                             base timestamp, max timestamp, attributes, position, size */
 
 /* The CRC check of the batch at d[0..size) through the reference's own `crc32c`: 1 it matches,
  * 0 it does not, -1 an exception. */
@@ -934,7 +934,7 @@ codec_take_batches(PyObject *self, PyObject *args)
     PyObject *meta = NULL, *lengths = NULL, *result = NULL;
     const uint8_t *d = (const uint8_t *)data.buf;
     Py_ssize_t n_positions = positions.len / 8, i = first < 0 ? n_positions : first;
-    /* Pass 1, headers only: which batches, how many records and bytes at most. */
+    /* Pass 1, headers only: which batches, how many records at most. */
     Py_ssize_t stop = i, batches = 0;
     int64_t records = 0;
     for (; stop < n_positions; stop++) {
@@ -993,6 +993,7 @@ codec_take_batches(PyObject *self, PyObject *args)
         row[4] = (int64_t)load_be(b + 35, 8);
         row[5] = (int16_t)attributes;                 /* signed, as struct reads it */
         row[6] = (int64_t)(b - d);                     /* where the batch is in `buffer` */
+        row[7] = size;
         taken++;
         records_taken += count;
     }

@@ -68,7 +68,6 @@ ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADER_TYPE)
 ROWS_PER_ARROW_BATCH = 65536
 MAX_ARROW_BATCH_BYTES = 64 * 1024 * 1024
 _HEADER_UNPACK = HEADER.unpack_from
-_LENGTH_UNPACK = struct.Struct(">i").unpack_from
 
 
 def _varint_slow(data, p: int) -> tuple[int, int]:
@@ -245,13 +244,12 @@ class ColumnBuilder:
         if not meta:
             return
         view = memoryview(buf)
-        for count, base, last_delta, base_ts, max_ts, attributes, pos in \
+        for count, base, last_delta, base_ts, max_ts, attributes, pos, size in \
                 np.frombuffer(meta, dtype=np.int64).reshape(-1, len(BATCH_META)).tolist():
             whole = base >= start and base + last_delta < end
             self._batches.append((count, base, base_ts,
                                   max_ts if attributes & TIMESTAMP_TYPE_MASK else None,
                                   None if whole else start, None if whole else end))
-            size = LOG_OVERHEAD + _LENGTH_UNPACK(buf, pos + 8)[0]
             self._payloads.append(view[pos + RECORD_BATCH_OVERHEAD:pos + size])
             self._size += size - RECORD_BATCH_OVERHEAD
             self._pending += count
@@ -441,7 +439,7 @@ class ColumnBuilder:
 
 
 BATCH_META = ("records", "base offset", "last offset delta", "base timestamp", "max timestamp",
-              "attributes", "position")
+              "attributes", "position", "size")
 
 
 def take_batches(buf, positions: np.ndarray, first: int, start: int, end: int, check_crcs: bool,
@@ -490,7 +488,7 @@ def take_batches(buf, positions: np.ndarray, first: int, start: int, end: int, c
             if walked is None:
                 break
             lengths.extend(walked)
-            meta.extend((count, base, last_delta, base_ts, max_ts, attributes, pos))
+            meta.extend((count, base, last_delta, base_ts, max_ts, attributes, pos, size))
         i += 1
     return i, meta.tobytes(), lengths.tobytes()
 

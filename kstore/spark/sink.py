@@ -631,17 +631,12 @@ def _append_partitions(appender, staged: list[StagedWrite], tps: list, skips: di
     before costs a fault to the hypervisor). The partitions are fsynced side by side at the
     end."""
     workers = max(1, min(len(tps), os.cpu_count() or 1, appender.commit_threads))
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="kstore-sink-commit") if workers > 1 else None
+    with ThreadPoolExecutor(workers, thread_name_prefix="kstore-sink-commit") as pool:
 
-    def each_partition(work, partitions) -> None:
-        if pool is None:
-            for tp in partitions:
-                work(tp)
-            return
-        for future in [pool.submit(work, tp) for tp in partitions]:
-            future.result()             # the first failure is raised, once all have ended
+        def each_partition(work, partitions) -> None:
+            for future in [pool.submit(work, tp) for tp in partitions]:
+                future.result()         # the first failure is raised, once all have ended
 
-    try:
         for m in staged:
             here = m.partitions()
             each_partition(lambda tp: _append_staged_file(appender, m, tp, skips),
@@ -649,9 +644,6 @@ def _append_partitions(appender, staged: list[StagedWrite], tps: list, skips: di
             with contextlib.suppress(OSError):
                 os.remove(m.path)
         each_partition(appender.flush_partition, tps)
-    finally:
-        if pool is not None:
-            pool.shutdown()
 
 
 def _append_staged_file(appender, m: StagedWrite, tp, skips: dict) -> None:

@@ -21,6 +21,7 @@ again only after metadata.max.age.ms, for a partition it does not know yet, or a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from .clock import Clock
@@ -52,35 +53,39 @@ class ProduceRequestResult:
         self.error: BaseException | None = None
 
 
-class FutureRecordMetadata:
-    """Resolved when the record's batch has been appended (or failed)."""
+class FutureRecordMetadata(tuple):
+    """Resolved when the record's batch has been appended (or failed).
 
-    __slots__ = ("topic", "partition", "_result", "_relative_offset", "_timestamp")
+    A tuple (topic, partition, batch result, position in the batch, timestamp) built with
+    tuple.__new__: send() makes one per record, and a Python-level __init__ would cost about as
+    much as the rest of sizing and queueing the record."""
 
-    def __init__(self, topic: str, partition: int, result: ProduceRequestResult,
-                 relative_offset: int, timestamp: int):
-        self.topic, self.partition = topic, partition
-        self._result, self._relative_offset, self._timestamp = result, relative_offset, timestamp
+    __slots__ = ()
+
+    topic = property(itemgetter(0))
+    partition = property(itemgetter(1))
 
     @property
     def done(self) -> bool:
-        return self._result.info is not None or self._result.error is not None
+        result = self[2]
+        return result.info is not None or result.error is not None
 
     def get(self) -> RecordMetadata:
-        info = self._result.info
-        if self._result.error is not None:
-            raise self._result.error
+        topic, partition, result, relative_offset, timestamp = self
+        info = result.info
+        if result.error is not None:
+            raise result.error
         if info is None:
             raise KStoreError("the record has not been sent yet: call flush() or poll()")
-        ts = info.log_append_time if info.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(self.topic, self.partition, info.first_offset + self._relative_offset, ts)
+        ts = info.log_append_time if info.log_append_time >= 0 else timestamp
+        return RecordMetadata(topic, partition, info.first_offset + relative_offset, ts)
 
     def exception(self) -> BaseException | None:
         """The send's error, or None (like concurrent.futures.Future.exception)."""
-        return self._result.error
+        return self[2].error
 
     def __repr__(self) -> str:
-        state = self._result.error or (self.get() if self._result.info is not None else "pending")
+        state = self[2].error or (self.get() if self[2].info is not None else "pending")
         return f"FutureRecordMetadata({self.topic}-{self.partition}: {state})"
 
 
@@ -92,10 +97,10 @@ class ProducerRecord(NamedTuple):
     headers: tuple
 
 
-_new_record = tuple.__new__
+_new_tuple = tuple.__new__
 
 
-@dataclass
+@dataclass(slots=True)
 class _OpenBatch:
     topic: str
     partition: int
@@ -146,10 +151,9 @@ class Producer:
             known = self._refresh_partition_count(topic, now)
         n = known[0]
         p = self.partitioner.partition(topic, key_b, n, partition)
-        # tuple.__new__ builds the named tuple without its Python-level __new__ (per record).
-        record = _new_record(ProducerRecord, (key_b, value_b, now if timestamp_ms is None else
-                                              timestamp_ms, tuple(headers) if headers else ()))
-        size = records.sized_record(key_b, value_b, record.headers)
+        timestamp = now if timestamp_ms is None else timestamp_ms
+        headers = tuple(headers) if headers else ()
+        size = records.sized_record(key_b, value_b, headers)
         if size + RECORD_BATCH_OVERHEAD > self.max_request_size:
             raise KStoreError(f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, "
                               f"larger than max.request.size ({self.max_request_size})")
@@ -162,8 +166,10 @@ class Producer:
             batch = self._open[(topic, p)] = _OpenBatch(topic, p, now)
             self._next_linger_check = min(self._next_linger_check, now + self.linger_ms)
             appended += batch.estimated_bytes   # a new batch counts its header (Kafka's appendedBytes)
-        future = FutureRecordMetadata(topic, p, batch.result, len(batch.records), record.timestamp)
-        batch.records.append(record)
+        queued = batch.records
+        # tuple.__new__ builds these tuples without a Python-level __new__ or __init__ (per record).
+        future = _new_tuple(FutureRecordMetadata, (topic, p, batch.result, len(queued), timestamp))
+        queued.append(_new_tuple(ProducerRecord, (key_b, value_b, timestamp, headers)))
         batch.estimated_bytes += size
         if key_b is None:
             self.partitioner.record_appended(topic, p, appended, n)

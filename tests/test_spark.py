@@ -44,6 +44,17 @@ class StderrLog:
         text, self.pos = data[self.pos:].decode("utf-8", "replace"), len(data)
         return text
 
+    def new_text_with(self, *needles: str, timeout_s: float = 20.0) -> str:
+        """new_text, waiting until it holds every needle: a Python worker's stderr reaches this
+        file through a pipe that a JVM thread copies (PythonWorkerFactory's redirect thread), so
+        a line the worker flushed before its task ended can land here after the job returns."""
+        deadline = time.monotonic() + timeout_s
+        text = self.new_text()
+        while not all(n in text for n in needles) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            text += self.new_text()
+        return text
+
 
 @pytest.fixture(scope="session")
 def spark_and_log(tmp_path_factory):
@@ -441,9 +452,10 @@ def test_offsets_removed_by_retention_are_data_loss(spark, stderr_log, tmp_path)
     run(failOnDataLoss="false")
     offsets = sorted(r.offset for r in spark.read.parquet(str(out)).collect())
     assert offsets == list(range(50)) + list(range(80, 100))       # skipped ahead
-    warnings = stderr_log.new_text()
-    assert "WARN kstore.spark: Cannot fetch offset 50 (TopicPartition: ret-0)" in warnings
-    assert 'set the source option "failOnDataLoss" to "true"' in warnings
+    warning = "WARN kstore.spark: Cannot fetch offset 50 (TopicPartition: ret-0)"
+    instruction = 'set the source option "failOnDataLoss" to "true"'
+    warnings = stderr_log.new_text_with(warning, instruction)
+    assert warning in warnings and instruction in warnings
     # Batch reads follow the same rules; "earliest" is never data loss.
     with pytest.raises(Exception, match=r"offsets \[10, 80\) of ret-0 are no longer in the log"):
         kstore_read(spark, d, subscribe="ret", startingOffsets='{"ret":{"0":10}}').collect()
@@ -451,7 +463,7 @@ def test_offsets_removed_by_retention_are_data_loss(spark, stderr_log, tmp_path)
                           failOnDataLoss="false")
     assert [r.offset for r in skipped.select("offset").collect()] == list(range(80, 100))
     assert kstore_read(spark, d, subscribe="ret").count() == 20
-    assert "Cannot fetch offset 10" in stderr_log.new_text()
+    assert "Cannot fetch offset 10" in stderr_log.new_text_with("Cannot fetch offset 10")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ faults, every time, in a worker that had read them before.
 
 `keep_freed_buffers()` fixes both thresholds, which also turns glibc's adjusting off (mallopt(3)):
 blocks below 32 MiB come from the heap, and up to 128 MiB of free heap is kept, so the worker
-reuses the same pages chunk after chunk (no page faults on a second read:
+reuses the same pages chunk after chunk (no page faults on a later read:
 tests/test_spark_malloc.py).
 Over Spark on 2 cores, where the JVM and the Python workers share the memory bus, the pruned
 key query took 0.347 s instead of 0.368 s and the pruned value query 0.325 s instead of 0.356 s

@@ -1034,19 +1034,24 @@ section_body_size(Py_ssize_t i, const Py_buffer *kd, const Py_buffer *ks, const 
     return size;
 }
 
-/* encode.records_section(keys, values) from the columns' parts: each Arrow data buffer, and per
- * record the start of its key / value there and its length (-1: null). The same bytes as the
- * numpy reference, or None where a start or length is outside its buffer (or for no records). */
+/* encode.records_section(keys, values, headroom) from the columns' parts: each Arrow data
+ * buffer, and per record the start of its key / value there and its length (-1: null). The same
+ * bytes as the numpy reference, or None where a start or length is outside its buffer (or for no
+ * records). With headroom > 0: a bytearray whose first `headroom` bytes are zeros (where the
+ * caller writes the batch header, so the records are never copied behind it). */
 static PyObject *
 codec_records_section(PyObject *self, PyObject *args)
 {
     Py_buffer kd, ks, kl, vd, vs, vl;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*:records_section", &kd, &ks, &kl, &vd, &vs, &vl))
+    Py_ssize_t headroom = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*|n:records_section", &kd, &ks, &kl, &vd, &vs, &vl,
+                          &headroom))
         return NULL;
     PyObject *out = NULL;
     Py_ssize_t n = kl.len / 8;
     /* no records: left to the reference (its trailing header-count piece makes it one byte) */
-    int ok = n > 0 && ks.len == kl.len && vs.len == kl.len && vl.len == kl.len && kl.len % 8 == 0;
+    int ok = n > 0 && ks.len == kl.len && vs.len == kl.len && vl.len == kl.len && kl.len % 8 == 0
+             && headroom >= 0 && headroom <= 4096;
     int64_t total = 0;
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
@@ -1064,10 +1069,20 @@ codec_records_section(PyObject *self, PyObject *args)
         out = Py_NewRef(Py_None);
         goto done;
     }
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (out == NULL)
-        goto done;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+    uint8_t *w;
+    if (headroom > 0) {
+        out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total + headroom);
+        if (out == NULL)
+            goto done;
+        w = (uint8_t *)PyByteArray_AS_STRING(out);
+        memset(w, 0, (size_t)headroom);
+        w += headroom;
+    } else {
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+        if (out == NULL)
+            goto done;
+        w = (uint8_t *)PyBytes_AS_STRING(out);
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         w = write_unsigned(w, zigzag64(section_body_size(i, &kd, &ks, &kl, &vd, &vs, &vl)));
@@ -1286,8 +1301,9 @@ static PyMethodDef codec_methods[] = {
      "(next index, meta, lengths).\n"
      "Mirrors kstore.spark.decode.take_batches: many batches queued in one call (issue 20)."},
     {"records_section", codec_records_section, METH_VARARGS,
-     "records_section(key_data, key_starts, key_lengths, value_data, value_starts, value_lengths)"
-     " -> bytes or None.\n"
+     "records_section(key_data, key_starts, key_lengths, value_data, value_starts, value_lengths, "
+     "headroom=0)"
+     " -> bytes (a bytearray with headroom > 0) or None.\n"
      "Mirrors kstore.spark.encode.records_section; None where a key or value lies outside its "
      "buffer."},
     {"partitions_for_keys", codec_partitions_for_keys, METH_VARARGS,

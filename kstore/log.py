@@ -23,6 +23,8 @@ Offsets:
 from __future__ import annotations
 
 import bisect
+import contextlib
+import mmap
 import os
 import random
 import threading
@@ -45,7 +47,7 @@ from .records import (NO_TIMESTAMP, MemoryRecords, Record, RecordBatch, Timestam
                       build_batch, set_base_offset, set_max_timestamp, set_partition_leader_epoch)
 from .scheduler import Scheduler
 from .timestamp_validator import check_timestamps
-from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, FetchDataInfo,
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, FetchDataInfo,
                       LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset, segment_paths)
 
 # ListOffsets special timestamps (ListOffsetsRequest).
@@ -401,6 +403,88 @@ class Log:
         info.rolled = rolled
         return info
 
+    def adopt_as_leader(self, path: str, leader_epoch: int = 0) -> LogAppendInfo | None:
+        """kstore addition, with no Kafka counterpart: take a file of producer batches for this
+        partition, written beside the log on the same file system, as a new segment at the LEO,
+        instead of copying its bytes into the active segment (the Spark sink's staged files).
+
+        The batches pass the checks of append_as_leader and get their offsets and leader epoch
+        stamped the same way, in the file itself; then the file is renamed into the partition as
+        `<LEO>.log` and becomes the active segment, with the indexes recovery would build for it
+        (the segment before it is rolled: its files trimmed, flushed). The mechanics are those
+        of Kafka's own renames (the cleaner's `.swap` files, LogSegment.changeFileSuffixes) and
+        of its recovery, which rebuilds the indexes of a segment found without them after a
+        crash. Returns None, having changed nothing in the log, when the batches are not plain
+        producer batches the leader takes as they are (idempotent or transactional ones go
+        through the producer state; a topic compression.type other than the batches' makes the
+        broker rewrite them), or when the file is empty or larger than segment.bytes: append
+        its bytes instead. A file that ends inside a batch, or any batch that fails the checks,
+        raises and leaves the log unchanged."""
+        size = os.path.getsize(path)
+        if not 0 < size <= self.config.segment_bytes or \
+                os.stat(path).st_dev != os.stat(self.dir).st_dev:       # a rename cannot move it
+            return None
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mapped = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        try:
+            with self._lock:
+                self._check_open()
+                try:
+                    batches = self._adoptable_batches(memoryview(mapped), path)
+                except (CorruptRecordError, InvalidRecordError) as e:
+                    cause = str(e).removeprefix(f"append to {self.name}: ")
+                    raise type(e)(f"adopting {path} into {self.name}: {cause}") from None
+                if batches is None:
+                    return None
+                now = self.clock.milliseconds()
+                _, batches = self._assign_offsets(memoryview(mapped), batches, leader_epoch, now)
+                info = self._append_info(batches, now, size)
+                for batch in batches:
+                    if batch.partition_leader_epoch >= 0:
+                        self.leader_epoch_cache.assign(batch.partition_leader_epoch,
+                                                       batch.base_offset)
+                new_offset = self._next_offset
+                active = self._retire_active_segment(new_offset)
+                os.rename(path, segment_paths(self.dir, new_offset)[LOG_SUFFIX])
+                segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
+                                          file_already_exists=True)
+                segment.index_adopted(batches)
+                count = len(batches)
+                batches = None
+                self._next_offset = info.last_offset + 1
+                self._start_segment(segment, active, ["adopted"])
+                if self.single_replica:
+                    self.update_high_watermark(self._next_offset)
+                if self.unflushed_messages >= self.config.flush_messages or \
+                        now - self._last_flush_ms >= self.config.flush_ms:
+                    self.flush()
+                self.events.emit("append", self.dir, first_offset=info.first_offset,
+                                 last_offset=info.last_offset, size=size, position=0,
+                                 segment=new_offset, batches=count)
+        finally:
+            batches = None                     # views of the mapping, released before it closes
+            with contextlib.suppress(BufferError):      # (an exception's frames may hold some:
+                mapped.close()                          # the mapping then goes with them)
+        self.scheduler.run_due()
+        info.rolled = True
+        return info
+
+    def _adoptable_batches(self, view: memoryview, path: str) -> list[RecordBatch] | None:
+        """The batches of a file to adopt, validated as a leader validates a producer's (None:
+        they need the append path)."""
+        batches = self._analyze_and_validate(view, True, stamped_from=self._next_offset)
+        if not batches or batches[-1].position + batches[-1].size_in_bytes != len(view):
+            raise CorruptRecordError("the file ends inside a record batch")
+        target = self.config.compression_type
+        for b in batches:
+            if b.producer_id >= 0 or b.is_transactional or b.is_control or \
+                    (target != "producer" and Compression.from_name(target) != b.compression):
+                return None
+        return batches
+
     def _complete_txn(self, segment: LogSegment, done: CompletedTxn) -> None:
         """A marker closed a transaction: an aborted one gets its `.txnindex` entry in the
         segment holding the marker (UnifiedLog.updateTxnIndex via LogSegment.updateTxnIndex)."""
@@ -437,16 +521,22 @@ class Log:
                     break
             return found
 
-    def _analyze_and_validate(self, buf: bytearray, from_client: bool) -> list[RecordBatch]:
+    def _analyze_and_validate(self, buf: bytearray, from_client: bool,
+                              stamped_from: int | None = None) -> list[RecordBatch]:
         """Check each batch's size, CRC and contents (UnifiedLog.analyzeAndValidateRecords and
-        LogValidator). A partial trailing batch is ignored, as Kafka trims it."""
+        LogValidator). A partial trailing batch is ignored, as Kafka trims it. `stamped_from`:
+        client batches may also carry the offsets a leader would assign from there (a file
+        adopted again after an attempt that stamped it failed)."""
         try:
             batches = MemoryRecords(buf, max_batch_size=None).batches()
         except CorruptRecordError as e:
             raise CorruptRecordError(f"append to {self.name}: {e}") from None
         previous_last = None
+        next_stamp = stamped_from
         for batch in batches:
-            if from_client and batch.magic >= 2 and batch.base_offset != 0:
+            if next_stamp is not None and batch.base_offset in (0, next_stamp):
+                next_stamp += batch.last_offset_delta + 1
+            elif from_client and batch.magic >= 2 and batch.base_offset != 0:
                 raise InvalidRecordError(
                     f"the baseOffset of the record batch in the append to {self.name} should be "
                     f"0, but it is {batch.base_offset}")
@@ -542,27 +632,7 @@ class Log:
         with self._lock:
             self._check_open()
             new_offset = max(expected_next_offset or 0, self._next_offset)
-            active = self.active_segment
-            if new_offset in self._segments:
-                if active.base_offset == new_offset and active.size == 0:
-                    # An empty active segment at the same offset is simply replaced.
-                    self._remove_segment(new_offset)
-                    active.delete_files()
-                else:
-                    raise LogError(
-                        f"trying to roll a new log segment for {self.name} with start offset "
-                        f"{new_offset} = max(provided offset = {expected_next_offset}, LEO = "
-                        f"{self._next_offset}) while it already exists and is active with size "
-                        f"{active.size}")
-            elif new_offset < active.base_offset:
-                raise LogError(
-                    f"trying to roll a new log segment for {self.name} with start offset "
-                    f"{new_offset} lower than start offset of the active segment {active}")
-            else:
-                for path in segment_paths(self.dir, new_offset).values():
-                    if os.path.exists(path):  # a stray file with the new segment's name
-                        os.remove(path)
-                active.on_become_inactive_segment()
+            active = self._retire_active_segment(new_offset, expected_next_offset)
             jitter = 0
             if self.config.segment_jitter_ms > 0:
                 jitter = random.randrange(1 << 31) % min(self.config.segment_jitter_ms,
@@ -570,13 +640,46 @@ class Log:
             segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
                                       init_file_size=self.config.initial_file_size,
                                       preallocate=self.config.preallocate, roll_jitter_ms=jitter)
-            self._add_segment(segment)
-            self.producer_state.take_snapshot(new_offset)
-            # Kafka flushes the rolled segments asynchronously; kstore does it right away.
-            self.flush(new_offset)
-            self.events.emit("roll", self.dir, new_segment=new_offset, old_segment=active.base_offset
-                             if active is not segment else None, reasons=list(reasons))
+            self._start_segment(segment, active, reasons)
             return segment
+
+    def _retire_active_segment(self, new_offset: int, expected_next_offset: int | None = None
+                               ) -> LogSegment:
+        """The first half of a roll: make room for a segment starting at `new_offset` (the active
+        segment closed to appends, or deleted if it is empty at that very offset). Returns the
+        segment that was active."""
+        active = self.active_segment
+        if new_offset in self._segments:
+            if active.base_offset == new_offset and active.size == 0:
+                # An empty active segment at the same offset is simply replaced.
+                self._remove_segment(new_offset)
+                active.delete_files()
+            else:
+                raise LogError(
+                    f"trying to roll a new log segment for {self.name} with start offset "
+                    f"{new_offset} = max(provided offset = {expected_next_offset}, LEO = "
+                    f"{self._next_offset}) while it already exists and is active with size "
+                    f"{active.size}")
+        elif new_offset < active.base_offset:
+            raise LogError(
+                f"trying to roll a new log segment for {self.name} with start offset "
+                f"{new_offset} lower than start offset of the active segment {active}")
+        else:
+            for path in segment_paths(self.dir, new_offset).values():
+                if os.path.exists(path):  # a stray file with the new segment's name
+                    os.remove(path)
+            active.on_become_inactive_segment()
+        return active
+
+    def _start_segment(self, segment: LogSegment, active: LogSegment, reasons: Sequence[str]) -> None:
+        """The second half of a roll: `segment` becomes the active one."""
+        new_offset = segment.base_offset
+        self._add_segment(segment)
+        self.producer_state.take_snapshot(new_offset)
+        # Kafka flushes the rolled segments asynchronously; kstore does it right away.
+        self.flush(new_offset)
+        self.events.emit("roll", self.dir, new_segment=new_offset, old_segment=active.base_offset
+                         if active is not segment else None, reasons=list(reasons))
 
     # ------------------------------------------------------------------ reading
     def read(self, start_offset: int, max_length: int = 1024 * 1024,

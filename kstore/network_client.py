@@ -24,6 +24,22 @@ def raise_for(code: int, what: str) -> None:
 
 
 MAX_RESPONSE_SIZE = 256 * 1024 * 1024   # a larger size prefix is not a Kafka response
+IOV_MAX = 1024                           # buffers one sendmsg may take (Linux's UIO_MAXIOV)
+
+
+def send_buffers(sock: socket.socket, buffers: list) -> None:
+    """`sendall` of several buffers in order, without joining them: a gathering write (sendmsg),
+    repeated from where a partial one stopped."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    while views:
+        sent = sock.sendmsg(views[:IOV_MAX])
+        while sent:
+            first = len(views[0])
+            if sent < first:
+                views[0] = views[0][sent:]
+                break
+            sent -= first
+            del views[0]
 
 
 class KafkaConnection:
@@ -48,10 +64,11 @@ class KafkaConnection:
         with self._lock:
             sock = self._connect()
             self._correlation += 1
-            frame = P.encode_request(api_key, version, self._correlation, self.client_id, body)
+            chunks = P.encode_request_chunks(api_key, version, self._correlation,
+                                             self.client_id, body)
             try:
                 sock.settimeout(timeout or self.timeout)
-                sock.sendall(struct.pack(">i", len(frame)) + frame)
+                send_buffers(sock, [struct.pack(">i", sum(map(len, chunks))), *chunks])
                 if not expect_response:
                     return None
                 (size,) = struct.unpack(">i", self._recv(sock, 4))

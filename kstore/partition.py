@@ -199,6 +199,16 @@ class Partition:
 
     # ---- produce on the leader
     def append_records_to_leader(self, records: bytes, required_acks: int) -> LogAppendInfo:
+        return self._as_leader(required_acks, lambda: self.log.append_as_leader(
+            records, leader_epoch=self.leader_epoch))
+
+    def adopt_segment_as_leader(self, path: str, required_acks: int) -> LogAppendInfo | None:
+        """Log.adopt_as_leader on the leader, with a produce's checks (None: not adoptable, the
+        caller appends the file's bytes instead)."""
+        return self._as_leader(required_acks, lambda: self.log.adopt_as_leader(
+            path, leader_epoch=self.leader_epoch))
+
+    def _as_leader(self, required_acks: int, append) -> LogAppendInfo | None:
         with self.lock:
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(
@@ -209,7 +219,9 @@ class Partition:
                 raise NotEnoughReplicasError(
                     f"the size of the current ISR {self.isr} is insufficient to satisfy the "
                     f"min.isr requirement of {self.min_insync_replicas} for partition {self.name}")
-            info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
+            info = append()
+            if info is None:
+                return None
             self.maybe_increment_leader_hw()
             self.data_arrived.notify_all()
             return info

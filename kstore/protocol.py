@@ -1504,6 +1504,30 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     return bytes(out.buf)
 
 
+class RecordsBuffer:
+    """Records a request carries as they are (`encode_request_chunks`): sent from their own
+    buffer, not copied into the frame, as Kafka's producer hands its batches' ByteBuffers to the
+    socket as they are (a gathering write)."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, data) -> None:
+        self.data = data
+        self.size = len(data)
+
+
+def encode_request_chunks(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                          body: dict) -> list:
+    """`encode_request` as buffers to send one after the other (their bytes joined are the same
+    frame): records given as `RecordsBuffer` stay buffers of their own."""
+    message = _message(api_key, version, "request")
+    out = _Out(allow_slices=True)
+    _encode(REQUEST_HEADER, 1, {"request_api_key": api_key, "request_api_version": version,
+                                "correlation_id": correlation_id, "client_id": client_id}, out)
+    _encode(message, version, body, out)
+    return [c.data if isinstance(c, RecordsBuffer) else c for c in out.finish()]
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> list[bytes | object]:
     """Response header v0 + body, without the size prefix, as chunks for the network layer.
 

@@ -459,7 +459,8 @@ def _produce_body(batches, acks: int, timeout_ms: int, transactional_id: str | N
     """A ProduceRequest with one batch for each (topic, partition, records), grouped by topic."""
     by_topic: dict[str, list[dict]] = {}
     for topic, partition, records in batches:
-        by_topic.setdefault(topic, []).append({"index": partition, "records": records})
+        by_topic.setdefault(topic, []).append(
+            {"index": partition, "records": None if records is None else P.RecordsBuffer(records)})
     return {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
             "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()]}
 

@@ -358,18 +358,7 @@ class LogSegment:
                 self._validate_batch_structure(batch)
                 batch.ensure_valid()
                 self._ensure_offset_in_range(batch.last_offset)
-                if batch.max_timestamp > self.max_timestamp_so_far:
-                    self._max_ts_so_far = TimestampOffset(batch.max_timestamp, batch.last_offset)
-                if valid_bytes - last_index_entry > self.index_interval_bytes:
-                    # A segment appended to across restarts (bytes_since_last_index_entry starts
-                    # at 0 on open) can need more entries than its index holds: a sparse index
-                    # may skip some, but recovery must not fail.
-                    if not self.offset_index.is_full():
-                        self.offset_index.append(batch.last_offset, valid_bytes)
-                    if not self.time_index.is_full():
-                        self.time_index.maybe_append(self.max_timestamp_so_far,
-                                                     self.offset_of_max_timestamp_so_far)
-                    last_index_entry = valid_bytes
+                last_index_entry = self._index_stored_batch(batch, valid_bytes, last_index_entry)
                 valid_bytes += batch.size_in_bytes
                 if epoch_cache is not None and batch.partition_leader_epoch >= 0:
                     latest = epoch_cache.latest_epoch()
@@ -387,6 +376,36 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp = None
         return truncated
+
+    def _index_stored_batch(self, batch: RecordBatch, position: int, last_index_entry: int) -> int:
+        """Index a batch already in the `.log` at `position` as recovery does: an entry when more
+        than index.interval.bytes lie between it and the last entry. Returns the position of the
+        last entry."""
+        if batch.max_timestamp > self.max_timestamp_so_far:
+            self._max_ts_so_far = TimestampOffset(batch.max_timestamp, batch.last_offset)
+        if position - last_index_entry > self.index_interval_bytes:
+            # A segment appended to across restarts (bytes_since_last_index_entry starts at 0 on
+            # open) can need more entries than its index holds: a sparse index may skip some,
+            # but recovery must not fail.
+            if not self.offset_index.is_full():
+                self.offset_index.append(batch.last_offset, position)
+            if not self.time_index.is_full():
+                self.time_index.maybe_append(self.max_timestamp_so_far,
+                                             self.offset_of_max_timestamp_so_far)
+            return position
+        return last_index_entry
+
+    def index_adopted(self, batches: list[RecordBatch]) -> None:
+        """kstore addition (Log.adopt_as_leader): this segment's `.log` was written elsewhere and
+        renamed in, holding exactly `batches` (validated, offsets assigned). Build the indexes
+        recovery would build for it, without reading the file again, and leave the segment ready
+        for appends."""
+        self._max_ts_so_far = TimestampOffset(-1, self.base_offset)
+        last_index_entry = 0
+        for batch in batches:
+            last_index_entry = self._index_stored_batch(batch, batch.position, last_index_entry)
+        self.rolling_based_timestamp = batches[0].max_timestamp
+        self.bytes_since_last_index_entry = self.size - last_index_entry
 
     def _validate_batch_structure(self, batch: RecordBatch) -> None:
         """Header checks beyond the CRC: a format kstore reads, sane counts and offsets."""

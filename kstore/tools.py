@@ -425,6 +425,8 @@ def _serve(args) -> int:
         raise KStoreError(f"--broker-id must be between 0 and 2147483647, not {args.broker_id}")
     overrides = _properties(args.override, "--override")
     BrokerConfig(overrides)  # a bad --override is the one line printed, before anything starts
+    from .malloc import keep_freed_buffers
+    keep_freed_buffers()     # a Produce request's buffer reuses freed memory (kstore/malloc.py)
     if args.my_engine:       # the learner's own code runs in this broker: their machine, their engine
         from .my_engine import use_my_engine
         use_my_engine(args.my_engine.rstrip("/") or args.my_engine)

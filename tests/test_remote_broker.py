@@ -108,3 +108,47 @@ def test_acks_zero_gets_no_answer_and_still_lands(remote):
 def test_bad_bootstrap_lists_are_named(servers):
     with pytest.raises(KStoreError, match="bootstrap servers are HOST:PORT"):
         parse_bootstrap(servers)
+
+
+# ---- requests sent as gathered buffers ------------------------------------------------------
+
+def test_a_produce_request_sent_in_buffers_is_byte_for_byte_the_encoded_frame():
+    """The client sends a Produce request's batches from their own buffers (no copy into the
+    frame); joined, the buffers are exactly the frame encode_request builds."""
+    from kstore import protocol as P
+    from kstore.records import Record, build_batch
+    batches = [build_batch([Record(b"k%d" % i, b"v" * (100 * i), 1)]) for i in range(4)]
+    body = {"transactional_id": "t", "acks": -1, "timeout_ms": 30000, "topic_data": [
+        {"name": "a", "partition_data": [{"index": 0, "records": batches[0]},
+                                         {"index": 1, "records": None}]},
+        {"name": "b", "partition_data": [{"index": 3, "records": batches[2]},
+                                         {"index": 4, "records": b""}]}]}
+    for version in (3, 7, 8):
+        gathered = {**body, "topic_data": [
+            {"name": t["name"], "partition_data": [
+                {**p, "records": None if p["records"] is None else P.RecordsBuffer(p["records"])}
+                for p in t["partition_data"]]} for t in body["topic_data"]]}
+        chunks = P.encode_request_chunks(0, version, 7, "c", gathered)
+        assert b"".join(bytes(c) for c in chunks) == P.encode_request(0, version, 7, "c", body)
+        assert any(c is batches[0] for c in chunks) and any(c is batches[2] for c in chunks)
+
+
+def test_send_buffers_finishes_partial_gathering_writes_in_order():
+    import socket
+    import threading
+    from kstore.network_client import send_buffers
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)    # many partial sendmsg calls
+    buffers = [bytes([i]) * n for i, n in enumerate([3, 0, 70_000, 1, 250_000, 5, 0, 1_000_000])]
+    received = bytearray()
+
+    def read():
+        while len(received) < sum(map(len, buffers)):
+            received.extend(b.recv(65536))
+    reader = threading.Thread(target=read)
+    reader.start()
+    a.settimeout(10)
+    send_buffers(a, [memoryview(buffers[0]), bytearray(buffers[1]), *buffers[2:]])
+    reader.join(10)
+    a.close(), b.close()
+    assert bytes(received) == b"".join(buffers)

@@ -499,6 +499,40 @@ def test_writer_output_reads_back_through_the_engine_and_the_source(spark, tmp_p
     assert not (d / ".kstore-spark-staging").exists()            # staged files are cleaned up
 
 
+def test_a_big_write_to_a_log_dir_adopts_each_staged_run_as_a_segment(spark, tmp_path):
+    """A task's staged run of ADOPT_MIN_BYTES (8 MiB) or more becomes a segment at commit, not
+    copied a second time: its batches and records are those of an append (offsets from the log
+    end, leader epoch stamped, indexes), and appends and reads go on as usual."""
+    from kstore.spark.sink import ADOPT_MIN_BYTES
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("big", 1)
+        b.produce("big", 0, build_batch([Record(b"k", b"before", T0)]))
+    n = 100_000                    # 117 bytes a row: ~11.7 MB in one task's run
+    df = spark.range(n).selectExpr("cast(id % 1000 as string) as key",
+                                   "concat(lpad(cast(id as string), 8, '0'), repeat('x', 92)) "
+                                   "as value").coalesce(1)
+    df.write.format("kstore").option("topic", "big").mode("append").save(str(d))
+    with Broker(str(d)) as b:
+        log = b.get_log("big", 0)
+        assert [s.base_offset for s in log.segments] == [0, 1]
+        adopted = log.segments[1]
+        in_it = [bt for bt in log.batches() if bt.base_offset >= 1]
+        assert adopted.size >= ADOPT_MIN_BYTES and len(in_it) > 10
+        # every batch is bigger than index.interval.bytes: each but the first gets an entry
+        assert [e.offset for e in adopted.offset_index.entries_list()] == \
+            [bt.last_offset for bt in in_it[1:]]
+        stored = log.records()
+        assert [r.offset for r in stored] == list(range(n + 1))
+        assert sorted(r.value for r in stored[1:]) == \
+            [b"%08d" % i + b"x" * 92 for i in range(n)]
+        assert {bt.partition_leader_epoch for bt in log.batches()} == {0}
+        b.produce("big", 0, build_batch([Record(b"k", b"after", T0)]))
+        assert log.read(n + 1, 1000).batches()[0].records()[0].value == b"after"
+    assert kstore_read(spark, d, subscribe="big").count() == n + 2
+    assert not (d / ".kstore-spark-staging").exists()
+
+
 def test_writer_errors_are_clear(spark, tmp_path):
     d = tmp_path / "logs"
     with Broker(str(d)) as b:

@@ -898,6 +898,18 @@ def test_native_records_section_gives_the_numpy_references_bytes(rows, keyless, 
             (BinaryColumn(None if keyless else keys, n).take(idx), BinaryColumn(values, n).take(idx))):
         assert native_or_reference_records_section(key_column, value_column) == \
             records_section(key_column, value_column)
+        # with room for the batch header in front: a bytearray, the same bytes after it
+        native_roomy = native_or_reference_records_section(key_column, value_column, 61)
+        assert native_roomy == records_section(key_column, value_column, 61)
+        assert type(native_roomy) is bytearray and native_roomy[:61] == bytes(61)
+        if n:
+            from kstore.spark.encode import wrap_batch
+            from kstore.records import Compression
+            copied = wrap_batch(records_section(key_column, value_column),
+                                len(value_column.lengths), T0, Compression.NONE, 5, 1, 9, True)
+            assert wrap_batch(native_roomy, len(value_column.lengths), T0, Compression.NONE,
+                              5, 1, 9, True, in_place=True) is native_roomy
+            assert bytes(native_roomy) == copied
 
 
 def test_native_records_section_declines_cells_outside_their_buffers():

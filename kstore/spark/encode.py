@@ -114,8 +114,9 @@ def _binary_array(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> pa.
                                  [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
 
 
-def records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
-    """The records of one batch (offset deltas 0..n−1, timestamp delta 0, no headers).
+def records_section(keys: BinaryColumn, values: BinaryColumn, headroom: int = 0) -> bytes | bytearray:
+    """The records of one batch (offset deltas 0..n−1, timestamp delta 0, no headers); with
+    `headroom`, a bytearray starting with that many zero bytes, where the batch header goes.
 
     Record i is `length | attributes 0 | timestamp delta 0 | offset delta | key length | key |
     value length | value | header count 0`. The small fields are laid out with numpy as two
@@ -163,11 +164,13 @@ def records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)
     end = int(offsets[joined.offset + len(joined)])
     start = int(offsets[joined.offset])
-    return joined.buffers()[2].to_pybytes()[start:end] if start else \
+    section = joined.buffers()[2].to_pybytes()[start:end] if start else \
         joined.buffers()[2][:end].to_pybytes()
+    return bytearray(headroom) + section if headroom else section
 
 
-def native_or_reference_records_section(keys: BinaryColumn, values: BinaryColumn) -> bytes:
+def native_or_reference_records_section(keys: BinaryColumn, values: BinaryColumn,
+                                        headroom: int = 0) -> bytes | bytearray:
     """`records_section`, in C when the native codec is built (`records_section` in
     kstore/_codec.c: one pass that writes each record's varints and copies its key and value
     once); the numpy reference where it is not, or where C declines the input."""
@@ -176,29 +179,38 @@ def native_or_reference_records_section(keys: BinaryColumn, values: BinaryColumn
         (key_data, key_starts), (value_data, value_starts) = keys.parts(), values.parts()
         found = encode(key_data, key_starts, np.ascontiguousarray(keys.lengths, dtype=np.int64),
                        value_data, value_starts,
-                       np.ascontiguousarray(values.lengths, dtype=np.int64))
+                       np.ascontiguousarray(values.lengths, dtype=np.int64), headroom)
         if found is not None:
             return found
-    return records_section(keys, values)
+    return records_section(keys, values, headroom)
 
 
-def wrap_batch(records: bytes, count: int, timestamp: int, compression: Compression,
+def wrap_batch(records: bytes | bytearray, count: int, timestamp: int, compression: Compression,
                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
-               base_sequence: int = NO_SEQUENCE, transactional: bool = False) -> bytes:
+               base_sequence: int = NO_SEQUENCE, transactional: bool = False,
+               in_place: bool = False) -> bytes | bytearray:
     """A v2 batch around an encoded records section (base offset 0: the broker assigns it).
     The producer fields are where an idempotent producer puts its id, epoch and sequence; a
-    transactional producer's batches also carry the transactional attribute bit."""
-    body = compress(compression, records) if compression != Compression.NONE else records
-    header = bytearray(RECORD_BATCH_OVERHEAD)
+    transactional producer's batches also carry the transactional attribute bit. `in_place`
+    (uncompressed only): `records` is a bytearray that starts with RECORD_BATCH_OVERHEAD spare
+    bytes (`records_section(..., headroom=RECORD_BATCH_OVERHEAD)`); the header is written there
+    and that buffer is the batch, the records never copied behind a header."""
+    if in_place:
+        if compression != Compression.NONE:
+            raise ValueError("a batch is wrapped in place only uncompressed")
+        header, body = records, memoryview(records)[RECORD_BATCH_OVERHEAD:]
+    else:
+        body = compress(compression, records) if compression != Compression.NONE else records
+        header = bytearray(RECORD_BATCH_OVERHEAD)
     attributes = (int(compression) & COMPRESSION_CODEC_MASK) | \
         (TRANSACTIONAL_FLAG_MASK if transactional else 0)
     HEADER.pack_into(header, 0, 0, RECORD_BATCH_OVERHEAD + len(body) - LOG_OVERHEAD,
                      NO_PARTITION_LEADER_EPOCH, CURRENT_MAGIC, 0, attributes, count - 1, timestamp,
                      timestamp, producer_id, producer_epoch, base_sequence, count)
     # the CRC runs on over the body from the header's part (no copy of the body to checksum it)
-    crc = crc32c(body, value=crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    crc = crc32c(body, value=crc32c(memoryview(header)[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]))
     struct.pack_into(">I", header, CRC_OFFSET, crc)
-    return bytes(header) + body
+    return records if in_place else bytes(header) + body
 
 
 def split_points(keys: BinaryColumn, values: BinaryColumn,
@@ -235,8 +247,11 @@ def encode_batches(keys: BinaryColumn, values: BinaryColumn, timestamp: int,
             yield _python_batch(keys.take(idx), values.take(idx), timestamp, compression,
                                 headers[a:b], producer, transactional), b - a
             continue
-        section = native_or_reference_records_section(keys.take(idx), values.take(idx))
-        yield wrap_batch(section, b - a, timestamp, compression, *producer, transactional), b - a
+        in_place = compression == Compression.NONE     # the header goes in the section's headroom
+        section = native_or_reference_records_section(
+            keys.take(idx), values.take(idx), RECORD_BATCH_OVERHEAD if in_place else 0)
+        yield wrap_batch(section, b - a, timestamp, compression, *producer, transactional,
+                         in_place=in_place), b - a
 
 
 def _python_batch(keys: BinaryColumn, values: BinaryColumn, timestamp: int,

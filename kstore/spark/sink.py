@@ -24,12 +24,18 @@ Two ways to write, chosen when the query is planned (`_Writer.__init__`, on the 
 
 * Staged — a log directory no broker is running on. The log belongs to one writer at a time
   (its `.lock`), while Spark runs many write tasks at once, in other processes, so the tasks never
-  touch the log: each stages its encoded batches in a file under the log directory itself
-  (`<log dir>/.kstore-spark-staging/<write id>/batch-<id>/task-...`, so on a cluster the log
-  directory must be on storage every node shares, as it must for reading), and `commit()` (once,
-  on the driver, after every task succeeded) opens a `Broker` on the directory — waiting up to
-  `kstore.lockTimeoutMs` (default 30 s) for the lock — appends every staged batch through the
-  engine, shuts the broker down (checkpoints) and deletes the staged files. **Exactly once per
+  touch the log: each stages its encoded batches under the log directory itself, a file per
+  partition (`<log dir>/.kstore-spark-staging/<write id>/batch-<id>/task-...`, so on a cluster
+  the log directory must be on storage every node shares, as it must for reading), and
+  `commit()` (once, on the driver, after every task succeeded) opens a `Broker` on the directory
+  — waiting up to `kstore.lockTimeoutMs` (default 30 s) for the lock — puts every staged batch
+  in the log through the engine, shuts the broker down (checkpoints) and deletes the staged
+  files. A staged file of ADOPT_MIN_BYTES (8 MiB) or more becomes a segment of its own
+  (`Log.adopt_as_leader`: the leader's checks, offsets and epoch stamped in the file, renamed
+  into the partition), so its bytes are not written twice; smaller ones are appended, so that
+  small micro-batches do not leave a segment each. This is where the log differs from what
+  Kafka would write: a big commit rolls a new segment per task and partition, where Kafka's
+  segments roll only at segment.bytes / segment.ms. **Exactly once per
   batch id**: nothing is visible before the commit, a failed job writes nothing, and the sink
   keeps per query (or `kstore.sinkId`) the last batch id it committed in
   `<log dir>/kstore-spark-sink-commits.json`, under the same lock as the data, with the plan of a
@@ -70,6 +76,11 @@ STAGING_DIR_NAME = ".kstore-spark-staging"
 COMMITS_FILE = "kstore-spark-sink-commits.json"          # staged mode, in the log directory
 COMMIT_APPEND_BYTES = 1024 * 1024    # staged batches appended together at commit, at most
 COMMIT_THREADS = 4                   # partitions appended at once at commit, at most (and ≤ CPUs)
+# A task's staged run of one partition at least this big becomes a segment of its own at commit
+# (Log.adopt_as_leader) instead of being copied into the log; smaller runs (a streaming
+# micro-batch's) are copied, so that small commits do not leave a trail of small segments.
+ADOPT_MIN_BYTES = 8 * 1024 * 1024
+STAGED_FILES_PER_TASK = 64           # up to this many partitions, a task stages each in a file
 CHECKPOINT_COMMITS_FILE = "kstore-sink-commits.json"     # through a broker, in the checkpoint
 STALE_STAGING_S = 600      # staged files untouched this long belong to a driver that died
 # EndTxn answers meaning the transaction was aborted (fenced by a newer epoch after its timeout)
@@ -90,6 +101,7 @@ class StagedRun:
     topic: str
     partition: int
     batches: list[tuple[int, int, int]]     # (position in the staged file, size, records)
+    path: str | None = None      # a file of this run's batches alone (None: the task's file)
 
     @property
     def records(self) -> int:
@@ -107,6 +119,10 @@ class StagedWrite(WriterCommitMessage):
 
     def partitions(self) -> set[tuple[str, int]]:
         return {(run.topic, run.partition) for run in self.runs}
+
+    def files(self) -> list[str]:
+        """Every file this task staged."""
+        return sorted({run.path or self.path for run in self.runs} | {self.path} - {None})
 
 
 @dataclass
@@ -417,46 +433,55 @@ class _Writer:
                              producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)
 
     def _stage(self, iterator, batch_id, query_id, task, attempt) -> StagedWrite:
+        """Encode the task's rows into batches, staged in files: one per partition (each can
+        become a segment at commit) for the first STAGED_FILES_PER_TASK partitions the task
+        writes, one shared by the rest (a task keeps its files open until its rows end)."""
         directory = self._batch_dir(batch_id if batch_id is not None else "job")
-        path = os.path.join(directory, f"task-{task:05d}-{attempt}.batches")
+        stem = os.path.join(directory, f"task-{task:05d}-{attempt}")
         compression = Compression.from_name(self.opts.compression)
         now = int(time.time() * 1000)
         runs: dict[tuple[str, int], StagedRun] = {}
+        files: dict[str, object] = {}                 # path → open file
         rows = 0
         router = None
-        f = None
         try:
             for rb in iterator:
                 if router is None:
                     with self.opts.location.open() as backend:
-                        router = Router(self.opts.topic, backend.topic_partitions(),
-                                        self.describe, staging_rng(
-                                            self.opts.sink_id or query_id,
-                                            self.opts.batch_id if self.opts.batch_id is not None
-                                            else batch_id, task))
+                        counts = backend.topic_partitions()
+                    router = Router(self.opts.topic, counts, self.describe, staging_rng(
+                        self.opts.sink_id or query_id,
+                        self.opts.batch_id if self.opts.batch_id is not None else batch_id, task))
                 for topic, p, data, count in encoded_runs(rb, router, compression, now):
+                    run = runs.get((topic, p))
+                    if run is None:
+                        own = len(runs) < STAGED_FILES_PER_TASK
+                        path = f"{stem}.{topic}-{p}.batches" if own else f"{stem}.batches"
+                        run = runs[(topic, p)] = StagedRun(topic, p, [], path)
+                    f = files.get(run.path)
                     if f is None:
                         os.makedirs(directory, exist_ok=True)
-                        f = open(path, "wb")
-                    run = runs.setdefault((topic, p), StagedRun(topic, p, []))
+                        f = files[run.path] = open(run.path, "wb")
                     run.batches.append((f.tell(), len(data), count))
                     f.write(data)
                 rows += rb.num_rows
-            if f is None:
-                return StagedWrite(None, [], rows, task, query_id)
             # Closed, not fsynced: staged bytes live only until the driver's commit, which reads
             # them back in the same job (a crash before it makes Spark run the batch again, with
-            # new files) and checks every batch's CRC as it appends (a torn file fails the
-            # commit, never the log). An fsync would write each byte to disk once more, and the
-            # file is usually deleted before the kernel would write it back at all.
-            f.close()
+            # new files) and checks every batch's CRC as it appends or adopts them (a torn file
+            # fails the commit, never the log). An fsync would write each byte to disk once
+            # more, and a file is often gone before the kernel would write it back at all.
+            for f in files.values():
+                f.close()
         except BaseException:
-            if f is not None:
+            for path, f in files.items():
                 f.close()
                 with contextlib.suppress(OSError):
                     os.remove(path)
             raise
-        return StagedWrite(path, [runs[tp] for tp in sorted(runs)], rows, task, query_id)
+        if not runs:
+            return StagedWrite(None, [], rows, task, query_id)
+        ordered = [runs[tp] for tp in sorted(runs)]
+        return StagedWrite(ordered[0].path, ordered, rows, task, query_id)
 
     # ---- the driver side (staged mode)
     def _cleanup(self, messages, batch_id) -> None:
@@ -468,8 +493,9 @@ class _Writer:
         dirs = {self._batch_dir(batch_id if batch_id is not None else "job")}
         for m in messages:
             if isinstance(m, StagedWrite) and m.path:
-                with contextlib.suppress(OSError):
-                    os.remove(m.path)
+                for path in m.files():
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
                 dirs.add(os.path.dirname(m.path))
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
@@ -622,14 +648,15 @@ def commit_staged(appender, staged: list[StagedWrite], sink_id: str | None, batc
 
 def _append_partitions(appender, staged: list[StagedWrite], tps: list, skips: dict) -> None:
     """Append the staged runs of every partition in `tps`: task by task (each partition's records
-    keep the order of the tasks), and within a task's file the partitions side by side on
-    threads of their own, as Kafka's request handler threads append to different partitions at
-    once (a log has its own lock). Reading the staged bytes, the CRC walk, writing and fsyncing
-    a segment all release the GIL. Each staged file is deleted as soon as all of it is in the
-    log: its page-cache pages are freed for the next file's appends instead of the commit
-    holding two copies of the batch in memory (on a VM, a page the guest has not touched
-    before costs a fault to the hypervisor). The partitions are fsynced side by side at the
-    end."""
+    keep the order of the tasks), and within a task the partitions side by side on threads of
+    their own, as Kafka's request handler threads append to different partitions at once (a log
+    has its own lock). Reading the staged bytes, the CRC walk, writing and fsyncing a segment
+    all release the GIL. A run in a file of its own, of ADOPT_MIN_BYTES or more, becomes a
+    segment (its file renamed into the partition): its bytes are not written a second time.
+    Each staged file is deleted as soon as all of it is in the log: its page-cache pages are
+    freed for the next file's appends instead of the commit holding two copies of the batch in
+    memory (on a VM, a page the guest has not touched before costs a fault to the hypervisor).
+    The partitions are fsynced side by side at the end."""
     workers = max(1, min(len(tps), os.cpu_count() or 1, appender.commit_threads))
     with ThreadPoolExecutor(workers, thread_name_prefix="kstore-sink-commit") as pool:
 
@@ -641,20 +668,33 @@ def _append_partitions(appender, staged: list[StagedWrite], tps: list, skips: di
             here = m.partitions()
             each_partition(lambda tp: _append_staged_file(appender, m, tp, skips),
                            [tp for tp in tps if tp in here])
-            with contextlib.suppress(OSError):
-                os.remove(m.path)
+            for path in m.files():
+                with contextlib.suppress(OSError):
+                    os.remove(path)
         each_partition(appender.flush_partition, tps)
 
 
 def _append_staged_file(appender, m: StagedWrite, tp, skips: dict) -> None:
-    """Append a task's staged runs of partition `tp`, after skipping `skips[tp]` records (already
-    in the log: a resumed commit). Consecutive staged batches go in one append, up to
+    """Append a task's staged run of partition `tp`, after skipping `skips[tp]` records (already
+    in the log: a resumed commit). A run alone in its file and big enough is adopted whole as a
+    segment, or not at all. Otherwise consecutive staged batches go in one append, up to
     appender.max_append_bytes: the log takes several batches at once, as Kafka's
     UnifiedLog.appendAsLeader does (only a client's Produce request is held to one batch per
     partition). They are read straight into one writable buffer, in which the log stamps offsets
     and leader epoch and which it writes without a copy. A crash between appends leaves the log
     at a batch boundary, where the resume picks up. The file is opened only if something in it
     is still to append."""
+    run = next((r for r in m.runs if (r.topic, r.partition) == tp), None)
+    if run is None:
+        return
+    if skips[tp] >= run.records:                 # all of it is in the log already
+        skips[tp] -= run.records
+        return
+    path = run.path or m.path
+    alone = [r.path or m.path for r in m.runs].count(path) == 1      # the file holds this run only
+    if alone and not skips[tp] and run.batches[-1][0] + run.batches[-1][1] >= \
+            appender.adopt_min_bytes and appender.adopt(tp, path):
+        return
     fd = None
     limit = appender.max_append_bytes(tp)
     pending: list[tuple[int, int]] = []          # (position in the staged file, size)
@@ -665,32 +705,34 @@ def _append_staged_file(appender, m: StagedWrite, tp, skips: dict) -> None:
         view, at = memoryview(buf), 0
         for pos, size in pending:
             if os.preadv(fd, [view[at:at + size]], pos) != size:
-                raise KStoreSinkError(f"the staged file {m.path} ends inside a batch: it was "
+                raise KStoreSinkError(f"the staged file {path} ends inside a batch: it was "
                                       f"truncated after its task wrote it")
             at += size
         appender.append(tp, buf)
 
     try:
-        for run in (r for r in m.runs if (r.topic, r.partition) == tp):
-            for pos, size, n in run.batches:
-                if skips[tp] >= n:
-                    skips[tp] -= n
-                    continue
-                if skips[tp]:
-                    raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
-                                          f"inside a staged batch")
-                if pending and pending_size + size > limit:
-                    append()
-                    pending, pending_size = [], 0
-                if fd is None:
-                    fd = os.open(m.path, os.O_RDONLY)
-                pending.append((pos, size))
-                pending_size += size
+        for pos, size, n in run.batches:
+            if skips[tp] >= n:
+                skips[tp] -= n
+                continue
+            if skips[tp]:
+                raise KStoreSinkError(f"cannot resume {tp[0]}-{tp[1]}: the log ends "
+                                      f"inside a staged batch")
+            if pending and pending_size + size > limit:
+                append()
+                pending, pending_size = [], 0
+            if fd is None:
+                fd = os.open(path, os.O_RDONLY)
+            pending.append((pos, size))
+            pending_size += size
         if pending:
             append()
     finally:
         if fd is not None:
             os.close(fd)
+    if alone:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 class _CommitState:
@@ -714,6 +756,7 @@ class LogDirAppender(_CommitState):
     """Appends through a Broker opened on the log directory for the length of one commit."""
 
     commit_threads = COMMIT_THREADS
+    adopt_min_bytes = ADOPT_MIN_BYTES
 
     def __init__(self, log_dir: str, lock_timeout_ms: int):
         self.log_dir = log_dir
@@ -749,6 +792,12 @@ class LogDirAppender(_CommitState):
 
     def append(self, tp, data: bytes) -> None:
         self.broker.produce(tp[0], tp[1], data, acks=-1)
+
+    def adopt(self, tp, path: str) -> bool:
+        """Make the staged file a segment of the partition (Log.adopt_as_leader); False: it could
+        not be, and nothing changed."""
+        partition = self.broker.replica_manager.partition(*tp)
+        return partition.adopt_segment_as_leader(path, -1) is not None
 
     def max_append_bytes(self, tp) -> int:
         """How many bytes of staged batches one append may take: 1 MiB, or less where the

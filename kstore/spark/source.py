@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 
 from ..errors import KStoreError
 from .backends import DataUnavailable, Location
-from .malloc import keep_freed_buffers
+from ..malloc import keep_freed_buffers
 from .options import (EARLIEST, LATEST, KStoreOptionError, OffsetSpec, SourceOptions,
                       parse_source_options)
 
@@ -343,7 +343,7 @@ class KStoreBatchReader(DataSourceReader):
     def read(self, partition):
         if not isinstance(partition, KStoreRange):
             return iter(())        # Spark's stand-in when partitions() found nothing to read
-        keep_freed_buffers()       # this runs in the executor's Python worker (kstore.spark.malloc)
+        keep_freed_buffers()       # this runs in the executor's Python worker (kstore.malloc)
         return project(read_range(partition, columns=self.columns), self.columns)
 
 

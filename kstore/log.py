@@ -388,14 +388,7 @@ class Log:
                     done = self._producer_state.update(batch)
                     if done is not None:
                         self._complete_txn(segment, done)
-            if self.single_replica:
-                self.update_high_watermark(self._next_offset)
-            if self.unflushed_messages >= self.config.flush_messages or \
-                    now - self._last_flush_ms >= self.config.flush_ms:
-                self.flush()
-            self.events.emit("append", self.dir, first_offset=info.first_offset,
-                             last_offset=info.last_offset, size=len(buf), position=position,
-                             segment=segment.base_offset, batches=len(batches))
+            self._appended(info, now, len(buf), position, segment.base_offset, len(batches))
             if indexed:
                 self.events.emit("index_entry", self.dir, segment=segment.base_offset,
                                  offset=info.last_offset, position=position)
@@ -456,14 +449,7 @@ class Log:
                 batches = None
                 self._next_offset = info.last_offset + 1
                 self._start_segment(segment, active, ["adopted"])
-                if self.single_replica:
-                    self.update_high_watermark(self._next_offset)
-                if self.unflushed_messages >= self.config.flush_messages or \
-                        now - self._last_flush_ms >= self.config.flush_ms:
-                    self.flush()
-                self.events.emit("append", self.dir, first_offset=info.first_offset,
-                                 last_offset=info.last_offset, size=size, position=0,
-                                 segment=new_offset, batches=count)
+                self._appended(info, now, size, 0, new_offset, count)
         finally:
             batches = None                     # views of the mapping, released before it closes
             with contextlib.suppress(BufferError):      # (an exception's frames may hold some:
@@ -484,6 +470,19 @@ class Log:
                     (target != "producer" and Compression.from_name(target) != b.compression):
                 return None
         return batches
+
+    def _appended(self, info: LogAppendInfo, now: int, size: int, position: int, segment: int,
+                  batches: int) -> None:
+        """After the LEO moved: the HW follows it on a lone replica, flush.messages / flush.ms may
+        flush, and views hear of the append."""
+        if self.single_replica:
+            self.update_high_watermark(self._next_offset)
+        if self.unflushed_messages >= self.config.flush_messages or \
+                now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+        self.events.emit("append", self.dir, first_offset=info.first_offset,
+                         last_offset=info.last_offset, size=size, position=position,
+                         segment=segment, batches=batches)
 
     def _complete_txn(self, segment: LogSegment, done: CompletedTxn) -> None:
         """A marker closed a transaction: an aborted one gets its `.txnindex` entry in the

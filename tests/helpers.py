@@ -41,3 +41,23 @@ def serve_log_dir(log_dir, cwd=None, port=None, overrides=()):
                 proc.kill()
                 raise RuntimeError(f"kstore serve did not start: {proc.stdout.read()!r}")
             time.sleep(0.1)
+
+
+def start_and_kill(argv: list[str], ready: bytes, max_delay_s: float, rng) -> bool:
+    """Run `argv`; once it prints the line `ready`, wait a random moment up to max_delay_s and
+    SIGKILL it if it is still running. True if it was killed (it may have finished first)."""
+    import signal
+    import subprocess
+    import time
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == ready + b"\n"
+        time.sleep(rng.uniform(0, max_delay_s))
+        killed = child.poll() is None
+        if killed:
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+    finally:
+        child.stdout.close()
+    assert child.returncode in (0, -signal.SIGKILL), child.returncode
+    return killed

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -21,7 +19,7 @@ from kstore import Log, LogConfig, Record
 from kstore.errors import CorruptRecordError, InvalidRecordError
 from kstore.records import Compression, build_batch
 
-from helpers import T0
+from helpers import T0, start_and_kill
 
 
 def staged_file(path, batches: int, per_batch: int = 10, start: int = 0, ts: int = T0, **kw) -> list[bytes]:
@@ -219,16 +217,8 @@ def test_sigkill_while_adopting_leaves_each_file_all_in_the_log_or_not_at_all(tm
     kills = checks = 0
     deadline = time.monotonic() + 60
     while os.listdir(staging) and time.monotonic() < deadline:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(log_dir), str(staging)],
-                                 stdout=subprocess.PIPE)
-        assert child.stdout.readline() == b"open\n"
-        time.sleep(rng.uniform(0, 0.02))
-        if child.poll() is None:
-            child.send_signal(signal.SIGKILL)
-            kills += 1
-        child.wait()
-        child.stdout.close()
-        assert child.returncode in (0, -signal.SIGKILL)
+        kills += start_and_kill([sys.executable, "-c", CHILD, str(log_dir), str(staging)],
+                                b"open", 0.02, rng)
         with Log.open(str(log_dir)) as log:        # recovers; every record checked so far
             stored = log.records()
             assert [r.value for r in stored] == expected[:len(stored)]

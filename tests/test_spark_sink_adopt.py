@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -24,6 +22,7 @@ import pytest
 import pyspark  # noqa: F401  (a main dependency)
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from helpers import start_and_kill
 from kstore.broker import Broker
 from kstore.spark import sink
 from kstore.spark.sink import COMMITS_FILE, KStoreStreamWriter, LogDirAppender, commit_staged
@@ -186,18 +185,9 @@ def test_sigkill_during_an_adopting_commit_then_the_re_run_finishes_it_exactly(l
     kills, attempt = 0, 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(log_dir), str(attempt),
-                                  os.path.dirname(__file__), str(per_task)],
-                                 stdout=subprocess.PIPE)
+        kills += start_and_kill([sys.executable, "-c", CHILD, str(log_dir), str(attempt),
+                                 os.path.dirname(__file__), str(per_task)], b"staged", 0.08, rng)
         attempt += 1
-        assert child.stdout.readline() == b"staged\n"
-        time.sleep(rng.uniform(0, 0.08))
-        if child.poll() is None:
-            child.send_signal(signal.SIGKILL)
-            kills += 1
-        child.wait()
-        child.stdout.close()
-        assert child.returncode in (0, -signal.SIGKILL)
         state = json.loads((log_dir / COMMITS_FILE).read_text()).get("q", {}) \
             if (log_dir / COMMITS_FILE).exists() else {}
         if state.get("state") == "committed" and kills >= 5:

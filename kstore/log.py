@@ -445,10 +445,13 @@ class Log:
                 segment = LogSegment.open(self.dir, new_offset, self.config, self.clock,
                                           file_already_exists=True)
                 segment.index_adopted(batches)
+                self._start_segment(segment, active, ["adopted"])
+                self._next_offset = info.last_offset + 1
+                if self._producer_state is not None:    # no producer's batches: only the offset
+                    for batch in batches:               # the state covers moves on
+                        self._producer_state.update(batch)
                 count = len(batches)
                 batches = None
-                self._next_offset = info.last_offset + 1
-                self._start_segment(segment, active, ["adopted"])
                 self._appended(info, now, size, 0, new_offset, count)
         finally:
             batches = None                     # views of the mapping, released before it closes

@@ -229,3 +229,26 @@ def test_sigkill_while_adopting_leaves_each_file_all_in_the_log_or_not_at_all(tm
         assert [r.value for r in log.records()] == expected
         for s in log.segments:
             s.sanity_check()
+
+
+def test_the_producer_state_covers_the_adopted_batches_and_idempotent_appends_go_on(make_log, tmp_path):
+    """The adopted batches carry no producer id: the producer state only moves the offset it
+    covers; an idempotent producer's appends before and after keep their sequences."""
+    from kstore.records import build_batch as bb
+    log = make_log()
+    log.append_as_leader(bb([Record(b"k", b"p0", T0)], producer_id=9, producer_epoch=0,
+                            base_sequence=0))
+    path = tmp_path / "run.batches"
+    staged_file(path, 10)
+    log.adopt_as_leader(str(path))
+    assert log.producer_state.map_end_offset == log.log_end_offset == 101
+    retry = log.append_as_leader(bb([Record(b"k", b"p0", T0)], producer_id=9, producer_epoch=0,
+                                    base_sequence=0))
+    assert retry.duplicate and retry.first_offset == 0
+    log.append_as_leader(bb([Record(b"k", b"p1", T0)], producer_id=9, producer_epoch=0,
+                            base_sequence=1))
+    assert [r.value for r in log.records()][-1] == b"p1" and log.log_end_offset == 102
+    log.close()
+    again = make_log()
+    assert again.producer_state.map_end_offset == 102
+    assert again.log_end_offset == 102

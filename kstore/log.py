@@ -410,9 +410,10 @@ class Log:
         crash. Returns None, having changed nothing in the log, when the batches are not plain
         producer batches the leader takes as they are (idempotent or transactional ones go
         through the producer state; a topic compression.type other than the batches' makes the
-        broker rewrite them), or when the file is empty or larger than segment.bytes: append
-        its bytes instead. A file that ends inside a batch, or any batch that fails the checks,
-        raises and leaves the log unchanged."""
+        broker rewrite them), or when the file is empty, larger than segment.bytes or on another
+        file system: append its bytes instead. A file that ends inside a batch, or any batch that
+        fails the checks, raises and leaves the log and the file unchanged (nothing is stamped
+        before every batch passed)."""
         size = os.path.getsize(path)
         if not 0 < size <= self.config.segment_bytes or \
                 os.stat(path).st_dev != os.stat(self.dir).st_dev:       # a rename cannot move it

@@ -414,9 +414,10 @@ class Log:
         file system: append its bytes instead. A file that ends inside a batch, or any batch that
         fails the checks, raises and leaves the log and the file unchanged (nothing is stamped
         before every batch passed)."""
-        size = os.path.getsize(path)
+        stat = os.stat(path)
+        size = stat.st_size
         if not 0 < size <= self.config.segment_bytes or \
-                os.stat(path).st_dev != os.stat(self.dir).st_dev:       # a rename cannot move it
+                stat.st_dev != os.stat(self.dir).st_dev:                # a rename cannot move it
             return None
         fd = os.open(path, os.O_RDWR)
         try:
@@ -451,9 +452,7 @@ class Log:
                 if self._producer_state is not None:    # no producer's batches: only the offset
                     for batch in batches:               # the state covers moves on
                         self._producer_state.update(batch)
-                count = len(batches)
-                batches = None
-                self._appended(info, now, size, 0, new_offset, count)
+                self._appended(info, now, size, 0, new_offset, len(batches))
         finally:
             batches = None                     # views of the mapping, released before it closes
             with contextlib.suppress(BufferError):      # (an exception's frames may hold some:

@@ -1496,12 +1496,17 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> dic
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
                    body: dict) -> bytes:
     """Header v1 + body, without the int32 size prefix. Records must be bytes or None here."""
+    return bytes(_encode_request(api_key, version, correlation_id, client_id, body,
+                                 _Out(allow_slices=False)).buf)
+
+
+def _encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                    body: dict, out: _Out) -> _Out:
     message = _message(api_key, version, "request")
-    out = _Out(allow_slices=False)
     _encode(REQUEST_HEADER, 1, {"request_api_key": api_key, "request_api_version": version,
                                 "correlation_id": correlation_id, "client_id": client_id}, out)
     _encode(message, version, body, out)
-    return bytes(out.buf)
+    return out
 
 
 class RecordsBuffer:
@@ -1520,11 +1525,8 @@ def encode_request_chunks(api_key: int, version: int, correlation_id: int, clien
                           body: dict) -> list:
     """`encode_request` as buffers to send one after the other (their bytes joined are the same
     frame): records given as `RecordsBuffer` stay buffers of their own."""
-    message = _message(api_key, version, "request")
-    out = _Out(allow_slices=True)
-    _encode(REQUEST_HEADER, 1, {"request_api_key": api_key, "request_api_version": version,
-                                "correlation_id": correlation_id, "client_id": client_id}, out)
-    _encode(message, version, body, out)
+    out = _encode_request(api_key, version, correlation_id, client_id, body,
+                          _Out(allow_slices=True))
     return [c.data if isinstance(c, RecordsBuffer) else c for c in out.finish()]
 
 

@@ -17,9 +17,10 @@ def records(n: int, start: int = 0, size: int = 10, ts: int = T0) -> list[Record
             for i in range(start, start + n)]
 
 
-def serve_log_dir(log_dir, cwd=None, port=None, overrides=()):
+def serve_log_dir(log_dir, cwd=None, port=None, overrides=(), env=None):
     """`kstore serve` on a log directory, on `port` or a free one, with `--override` for each of
-    `overrides` ("name=value"): (process, "127.0.0.1:port") once it accepts connections."""
+    `overrides` ("name=value") and `env` as its environment (None: this one's): (process,
+    "127.0.0.1:port") once it accepts connections."""
     import socket
     import subprocess
     import sys
@@ -30,7 +31,7 @@ def serve_log_dir(log_dir, cwd=None, port=None, overrides=()):
             port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "kstore", "serve", "--log-dir", str(log_dir), "--port",
                              str(port), *(f"--override={o}" for o in overrides)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -45,14 +45,17 @@ READER = textwrap.dedent("""
 """)
 
 
+def environment(**env) -> dict:
+    """This environment without malloc settings, plus `env`."""
+    return {**{k: v for k, v in os.environ.items()
+               if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                            "KSTORE_KEEP_FREED_BUFFERS")}, **env}
+
+
 def python(args: list[str], **env) -> str:
-    """stdout of a fresh Python process, in this environment without malloc settings plus `env`."""
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-                             "KSTORE_KEEP_FREED_BUFFERS")}
-    full_env.update(env)
-    out = subprocess.run([sys.executable, *args], env=full_env, capture_output=True, text=True,
-                         timeout=120)
+    """stdout of a fresh Python process, in environment(**env)."""
+    out = subprocess.run([sys.executable, *args], env=environment(**env), capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -87,7 +90,6 @@ def broker_faults(tmp_path, **env) -> int:
     """Minor page faults of a `kstore serve` process while it takes the second half of 48 Produce
     requests of 30 KB to 1 MB, from two connections in turn (as two Spark tasks send theirs),
     sent by kstore's own client."""
-    sys.path.insert(0, os.path.dirname(__file__))
     from helpers import serve_log_dir
     from kstore.broker import Broker
     from kstore.records import Record, build_batch
@@ -95,15 +97,7 @@ def broker_faults(tmp_path, **env) -> int:
     log_dir = tmp_path / "served"
     with Broker(str(log_dir)) as b:
         b.create_topic("t", 4)
-    saved = {k: os.environ.pop(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-                                            "KSTORE_KEEP_FREED_BUFFERS") if k in os.environ}
-    os.environ.update(env)
-    try:
-        proc, address = serve_log_dir(log_dir)
-    finally:
-        for k in env:
-            os.environ.pop(k)
-        os.environ.update(saved)
+    proc, address = serve_log_dir(log_dir, env=environment(**env))
 
     def faults() -> int:
         with open(f"/proc/{proc.pid}/stat") as f:

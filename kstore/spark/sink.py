@@ -69,6 +69,7 @@ from ..errors import LogError
 from ..metadata import METADATA_FILE
 from ..protocol import ERRORS
 from .options import KStoreOptionError, SinkOptions, parse_sink_options
+from .worker_gc import freeze_imported_objects
 from .writer import (KStoreSinkError, Router, TaskProducer, encoded_runs,  # noqa: F401
                      produce_task)
 
@@ -397,6 +398,7 @@ class _Writer:
 
     # ---- the task side
     def write(self, iterator):
+        freeze_imported_objects()     # in a reused Spark worker (kstore/spark/worker_gc.py)
         from pyspark import TaskContext
         ctx = TaskContext.get()
         batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
@@ -815,3 +817,6 @@ class LogDirAppender(_CommitState):
     @property
     def _state_path(self) -> str:
         return os.path.join(self.log_dir, COMMITS_FILE)
+
+
+freeze_imported_objects()   # a Spark worker that unpickled a writer to plan or commit a write

@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from ..errors import KStoreError
 from .backends import DataUnavailable, Location
 from ..malloc import keep_freed_buffers
+from .worker_gc import freeze_imported_objects
 from .options import (EARLIEST, LATEST, KStoreOptionError, OffsetSpec, SourceOptions,
                       parse_source_options)
 
@@ -344,6 +345,7 @@ class KStoreBatchReader(DataSourceReader):
         if not isinstance(partition, KStoreRange):
             return iter(())        # Spark's stand-in when partitions() found nothing to read
         keep_freed_buffers()       # this runs in the executor's Python worker (kstore.malloc)
+        freeze_imported_objects()  # ... a reused one (kstore/spark/worker_gc.py)
         return project(read_range(partition, columns=self.columns), self.columns)
 
 
@@ -478,6 +480,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         keep_freed_buffers()
+        freeze_imported_objects()
         return project(read_range(partition, columns=self.columns), self.columns)
 
     def commit(self, end):
@@ -565,3 +568,6 @@ def offsets_json(offsets: dict) -> str:
     """Kafka's offsets JSON of {(topic, partition): offset} or {topic: {partition: offset}}."""
     nested = offsets if all(isinstance(k, str) for k in offsets) else _nested(offsets)
     return json.dumps(nested, separators=(",", ":"))
+
+
+freeze_imported_objects()   # a Spark worker that unpickled the source to plan a read

@@ -22,7 +22,6 @@ PROBE = textwrap.dedent("""
     out["first"] = freeze_imported_objects()
     out["collections_first"] = list(collections)
     out["frozen"] = gc.get_freeze_count()
-    out["tracked_after"] = len(gc.get_objects())
     del collections[:]
     freeze_imported_objects()                      # nothing imported since: no collection
     out["collections_again"] = list(collections)
